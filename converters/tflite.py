@@ -1,0 +1,304 @@
+"""Keras actor network -> TFLite policy file (fp32, fp16 or int8) carrying edge-rl's metadata.
+
+    flat = convert(model, "int8", calibration=observations, metadata=meta)
+    Path("policy.tflite").write_bytes(flat)
+
+The network must take one float32 input [batch, *observation_shape] and give one float32
+output. It is traced with a fixed batch of 1; the device runtime resizes the input for larger
+batches (`convert` checks that this works). "int8" quantizes weights and activations with
+observations as the representative dataset but keeps float32 input and output, so the device
+feeds and reads floats whatever the precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+# Legacy Keras must be chosen before TensorFlow's first import (see edge_rl.tf_setup).
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+from tensorflow.lite.python import schema_py_generated as schema  # noqa: E402
+from tensorflow.lite.tools import flatbuffer_utils  # noqa: E402
+
+from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata  # noqa: E402
+from edge_rl.tf_setup import tf  # noqa: E402
+
+PRECISIONS = ("fp32", "fp16", "int8")
+
+# Calibration rows fed to the int8 quantizer, one at a time with batch 1.
+MAX_CALIBRATION_ROWS = 500
+
+_OP = schema.BuiltinOperator
+# op -> (input index of its weights, input index of its bias or None)
+_WEIGHT_OPS = {
+    _OP.FULLY_CONNECTED: (1, 2),
+    _OP.CONV_2D: (1, 2),
+    _OP.DEPTHWISE_CONV_2D: (1, 2),
+    _OP.CONV_3D: (1, 2),
+    _OP.TRANSPOSE_CONV: (1, 3),
+    _OP.BATCH_MATMUL: (1, None),
+}
+# Ops that only unpack stored weights (fp16 -> fp32, sparse -> dense) on the way to their user.
+_UNPACK_OPS = {_OP.DEQUANTIZE, _OP.DENSIFY}
+_TYPE_NAMES = {
+    value: name.lower()
+    for name, value in vars(schema.TensorType).items()
+    if not name.startswith("_") and isinstance(value, int)
+}
+
+
+def convert(
+    model: Any,
+    precision: str,
+    calibration: np.ndarray | None,
+    metadata: PolicyMetadata,
+) -> bytes:
+    """A TFLite policy file (bytes) for a Keras `model` at `precision`, with `metadata` attached.
+
+    precision: "fp32" (plain), "fp16" (float16 weights) or "int8" (int8 weights and
+    activations, float32 input and output; needs `calibration`, rows of real observations of
+    shape [n, *observation_shape], of which up to MAX_CALIBRATION_ROWS are used).
+    `metadata.precision` must name the same precision. Raises ValueError for bad arguments.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if metadata.precision != precision:
+        raise ValueError(
+            f"the metadata says precision {metadata.precision!r} but {precision!r} was asked for"
+        )
+    obs_shape = tuple(int(d) for d in metadata.observation_shape)
+    _check_model(model, obs_shape)
+    rows = None
+    if precision == "int8":
+        if calibration is None:
+            raise ValueError("int8 conversion needs calibration observations")
+        rows = calibration_rows(calibration, obs_shape)
+
+    @tf.function(input_signature=[tf.TensorSpec([1, *obs_shape], tf.float32, name="observation")])
+    def policy(observation):
+        return model(observation, training=False)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [policy.get_concrete_function()], model
+    )
+    if precision == "fp16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif precision == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([row[None]] for row in rows)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.float32
+        converter.inference_output_type = tf.float32
+    with _quiet_stderr():
+        flat = converter.convert()
+        _check_batches(flat, obs_shape)
+    return attach_metadata(flat, metadata)
+
+
+def calibration_rows(calibration: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
+    """Up to MAX_CALIBRATION_ROWS finite observations, evenly spaced over `calibration`."""
+    obs = np.asarray(calibration, dtype=np.float32)
+    size = int(np.prod(obs_shape))
+    if obs.size == 0 or obs.size % size:
+        raise ValueError(
+            f"calibration data of shape {obs.shape} does not hold observations of shape "
+            f"{obs_shape}"
+        )
+    obs = obs.reshape(-1, *obs_shape)
+    obs = obs[np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)]
+    if not len(obs):
+        raise ValueError("the calibration data has no finite observations")
+    if len(obs) > MAX_CALIBRATION_ROWS:
+        obs = obs[np.linspace(0, len(obs) - 1, MAX_CALIBRATION_ROWS).round().astype(int)]
+    return np.ascontiguousarray(obs)
+
+
+def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata) -> bytes:
+    """`model_bytes` with edge-rl's metadata entry set to `metadata` (added, or replaced).
+
+    Other metadata entries (min_runtime_version, CONVERSION_METADATA, ...) are kept.
+    """
+    model = _read_model(model_bytes)
+    data = np.frombuffer(metadata.to_json(), dtype=np.uint8).copy()
+    entries = list(model.metadata or [])
+    ours = [m for m in entries if _text(m.name) == METADATA_NAME]
+    if ours:
+        # Reuse the first entry's buffer; empty the buffers of any duplicates.
+        model.buffers[ours[0].buffer].data = data
+        for extra in ours[1:]:
+            model.buffers[extra.buffer].data = None
+        entries = [m for m in entries if m not in ours[1:]]
+    else:
+        buffer = schema.BufferT()
+        buffer.data = data
+        model.buffers.append(buffer)
+        entry = schema.MetadataT()
+        entry.name = METADATA_NAME
+        entry.buffer = len(model.buffers) - 1
+        entries.append(entry)
+    model.metadata = entries
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def constant_tensors(model_bytes: bytes) -> dict[str, str]:
+    """Name -> numpy dtype name of every tensor with stored data in the main subgraph."""
+    model = _read_model(model_bytes)
+    graph = model.subgraphs[0]
+    return {
+        _text(t.name): _TYPE_NAMES.get(t.type, str(t.type))
+        for t in graph.tensors
+        if _has_data(model, t)
+    }
+
+
+def weight_dtypes(model_bytes: bytes) -> set[str]:
+    """Numpy dtype names of the weight tensors (kernels) stored in the main subgraph.
+
+    Weights are the constant weight inputs of FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D,
+    CONV_3D, TRANSPOSE_CONV and BATCH_MATMUL, followed back through DEQUANTIZE (fp16) and
+    DENSIFY (sparse) to what is stored. Biases are not included (see `bias_dtypes`: int32 in
+    int8 models), nor are other constants such as reduction axes. A model without such ops
+    reports all its stored tensors of rank >= 2.
+    """
+    weights, _ = _weights_and_biases(_read_model(model_bytes))
+    return weights
+
+
+def bias_dtypes(model_bytes: bytes) -> set[str]:
+    """Numpy dtype names of the stored bias tensors (int32 in an int8 model)."""
+    _, biases = _weights_and_biases(_read_model(model_bytes))
+    return biases
+
+
+def _weights_and_biases(model: Any) -> tuple[set[str], set[str]]:
+    graph = model.subgraphs[0]
+    producer = {out: op for op in graph.operators for out in (op.outputs or [])}
+
+    def stored(index: int) -> Any:
+        """The stored tensor behind input `index`, or None when it is computed."""
+        while index >= 0:
+            tensor = graph.tensors[index]
+            if _has_data(model, tensor):
+                return tensor
+            op = producer.get(index)
+            if op is None or _builtin(model, op) not in _UNPACK_OPS or not len(op.inputs):
+                return None
+            index = int(op.inputs[0])
+        return None
+
+    weights: set[str] = set()
+    biases: set[str] = set()
+    for op in graph.operators:
+        slots = _WEIGHT_OPS.get(_builtin(model, op))
+        if slots is None:
+            continue
+        inputs = [int(i) for i in op.inputs]
+        for slot, found in zip(slots, (weights, biases), strict=True):
+            if slot is not None and slot < len(inputs) and (tensor := stored(inputs[slot])):
+                found.add(_TYPE_NAMES.get(tensor.type, str(tensor.type)))
+    if not weights:
+        weights = {
+            _TYPE_NAMES.get(t.type, str(t.type))
+            for t in graph.tensors
+            if _has_data(model, t) and t.shape is not None and len(t.shape) >= 2
+        }
+    return weights, biases
+
+
+def _read_model(model_bytes: bytes) -> Any:
+    read = getattr(flatbuffer_utils, "read_model_from_bytearray", None) or (
+        flatbuffer_utils.convert_bytearray_to_object
+    )
+    model = read(bytearray(model_bytes))
+    if any(b.offset and b.offset > 1 for b in model.buffers or []):
+        raise ValueError("models with buffers stored outside the flatbuffer are not supported")
+    return model
+
+
+def _has_data(model: Any, tensor: Any) -> bool:
+    if not tensor.buffer or tensor.buffer >= len(model.buffers):
+        return False
+    data = model.buffers[tensor.buffer].data
+    return data is not None and len(data) > 0
+
+
+def _builtin(model: Any, op: Any) -> int:
+    code = model.operatorCodes[op.opcodeIndex]
+    return max(code.builtinCode, code.deprecatedBuiltinCode)
+
+
+def _text(value: bytes | str | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value or ""
+
+
+def _check_model(model: Any, obs_shape: tuple[int, ...]) -> None:
+    inputs = getattr(model, "inputs", None)
+    outputs = getattr(model, "outputs", None)
+    if inputs is not None and len(inputs) != 1:
+        raise ValueError(f"a policy network must have one input, this one has {len(inputs)}")
+    if outputs is not None and len(outputs) != 1:
+        raise ValueError(f"a policy network must have one output, this one has {len(outputs)}")
+    if inputs:
+        shape = tuple(inputs[0].shape)[1:]
+        if len(shape) != len(obs_shape) or any(
+            d is not None and d != o for d, o in zip(shape, obs_shape, strict=True)
+        ):
+            raise ValueError(
+                f"the network takes inputs of shape {shape}, the metadata says observations "
+                f"have shape {obs_shape}"
+            )
+
+
+def _check_batches(flat: bytes, obs_shape: tuple[int, ...]) -> None:
+    """The converted network must run on a batch other than 1 after resizing its input."""
+    interpreter = tf.lite.Interpreter(model_content=flat)
+    index = interpreter.get_input_details()[0]["index"]
+    try:
+        interpreter.resize_tensor_input(index, [2, *obs_shape])
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(index, np.zeros((2, *obs_shape), np.float32))
+        interpreter.invoke()
+        out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    except (ValueError, RuntimeError) as err:
+        raise ValueError(f"the converted network cannot run batches: {err}") from None
+    if out.shape[0] != 2:
+        raise ValueError(
+            f"the converted network gives outputs of shape {out.shape} for a batch of 2"
+        )
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the converter's C++ chatter on fd 2; show it only if conversion fails."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no real stderr (embedded interpreter): nothing to silence
+        yield
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        except Exception as err:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            sink.seek(0)
+            chatter = sink.read().decode(errors="replace").strip()
+            if chatter:
+                err.add_note("converter output:\n" + "\n".join(chatter.splitlines()[-40:]))
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)

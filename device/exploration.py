@@ -1,0 +1,99 @@
+"""Exploration in numpy, applied on the device to the network's outputs.
+
+The learner tells each actor how to explore (ExplorationSettings, sent as JSON in Hello):
+  * epsilon_greedy (DQN): a random action with probability epsilon, which decays linearly
+    from epsilon_start to epsilon_end over decay_steps of the actor's own env steps;
+  * gaussian (TD3): the deterministic action plus N(0, noise_std * half-range), clipped;
+  * sac: a sample of the tanh-squashed Gaussian whose mean and log-std the network outputs.
+For the first random_steps env steps of an actor, actions are uniform random (warm-up).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from edge_rl.device.policy import squash_to_bounds
+
+KINDS = ("epsilon_greedy", "gaussian", "sac")
+
+# SAC's log-std is clipped to this range, as TF-Agents' std_clip_transform does.
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+@dataclass(frozen=True)
+class ExplorationSettings:
+    """How one actor explores."""
+
+    kind: str
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    decay_steps: int = 10_000
+    noise_std: float = 0.1  # gaussian: fraction of the action's half-range
+    random_steps: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ExplorationSettings:
+        return cls(**json.loads(text))
+
+
+class Explorer:
+    """Turns network outputs into (action taken, deterministic action) for a batch."""
+
+    def __init__(self, settings: ExplorationSettings, policy_metadata, rng: np.random.Generator):
+        if settings.kind not in KINDS:
+            raise ValueError(f"unknown exploration kind {settings.kind!r}")
+        self.settings = settings
+        self.rng = rng
+        action = policy_metadata.action
+        self.discrete = action["kind"] == "discrete"
+        if self.discrete:
+            self.num_actions = int(action["n"])
+        else:
+            self.low = np.asarray(action["low"], np.float32)
+            self.high = np.asarray(action["high"], np.float32)
+        self.steps = 0  # env steps this actor has taken (each row of a batch is one)
+
+    def epsilon(self) -> float:
+        s = self.settings
+        fraction = min(1.0, self.steps / max(1, s.decay_steps))
+        return s.epsilon_start + fraction * (s.epsilon_end - s.epsilon_start)
+
+    def random_actions(self, n: int) -> np.ndarray:
+        if self.discrete:
+            return self.rng.integers(0, self.num_actions, size=n, dtype=np.int64)
+        return self.rng.uniform(self.low, self.high, size=(n, *self.low.shape)).astype(np.float32)
+
+    def __call__(self, outputs: np.ndarray, greedy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = greedy.shape[0]
+        warming_up = self.steps < self.settings.random_steps
+        self.steps += n
+        if warming_up:
+            return self.random_actions(n), greedy
+        kind = self.settings.kind
+        if kind == "epsilon_greedy":
+            explore = self.rng.random(n) < self.epsilon()
+            actions = np.where(explore, self.random_actions(n), greedy)
+        elif kind == "gaussian":
+            half_range = 0.5 * (self.high - self.low)
+            noise = self.rng.normal(0.0, 1.0, size=greedy.shape) * self.settings.noise_std
+            actions = np.clip(greedy + noise * half_range, self.low, self.high)
+        else:
+            actions = sac_sample(outputs, self.low, self.high, self.rng)
+        return actions.astype(greedy.dtype, copy=False), greedy
+
+
+def sac_sample(
+    mean_log_std: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Sample tanh(N(mean, exp(log_std))) scaled to [low, high], as TF-Agents' SAC actor does."""
+    dim = mean_log_std.shape[-1] // 2
+    mean = mean_log_std[..., :dim]
+    log_std = np.clip(mean_log_std[..., dim:], LOG_STD_MIN, LOG_STD_MAX)
+    pre_tanh = mean + np.exp(log_std) * rng.standard_normal(mean.shape)
+    return squash_to_bounds(np.tanh(pre_tanh), low, high)

@@ -1,0 +1,102 @@
+"""A policy on the device: TFLite bytes + their metadata, turned into actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edge_rl.device.policy_file import (
+    PolicyFileError,
+    PolicyMetadata,
+    output_quantization,
+    read_policy_metadata,
+    verify_model,
+)
+from edge_rl.device.runtime import Runtime, load_runtime
+
+
+class Policy:
+    """Runs the exported actor network; `act` gives greedy actions, `outputs` the raw ones."""
+
+    def __init__(
+        self,
+        model: bytes,
+        runtime: Runtime | None = None,
+        num_threads: int = 1,
+    ):
+        self.model = bytes(model)
+        self.metadata: PolicyMetadata = read_policy_metadata(self.model)
+        verify_model(self.model)  # before an interpreter that does not verify can crash on it
+        self.runtime = runtime or load_runtime()
+        try:
+            self._interpreter = self.runtime.interpreter_class(
+                model_content=self.model, num_threads=num_threads
+            )
+            self._interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as err:
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise PolicyFileError(f"the TFLite runtime cannot load this model: {first_line}") from None
+        inputs = self._interpreter.get_input_details()
+        outputs = self._interpreter.get_output_details()
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise PolicyFileError("a policy network must have exactly one input and one output")
+        self._input_index = inputs[0]["index"]
+        self._output_index = outputs[0]["index"]
+        self._batch = int(inputs[0]["shape"][0])
+        meta = self.metadata
+        if meta.action["kind"] == "continuous":
+            self.low = np.asarray(meta.action["low"], np.float32)
+            self.high = np.asarray(meta.action["high"], np.float32)
+
+    @property
+    def version(self) -> int:
+        return self.metadata.policy_version
+
+    @property
+    def output_quantization(self) -> tuple[float, int]:
+        """(scale, zero_point) of the int8 tensor the output is dequantized from; (0.0, 0) if none.
+
+        The scale is an int8 policy's output step: outputs differ from the float network's
+        in multiples of it.
+        """
+        return output_quantization(self.model)
+
+    def outputs(self, observations: np.ndarray) -> np.ndarray:
+        """The network's output for a batch of observations, as float32."""
+        obs = np.asarray(observations, dtype=np.float32)
+        if obs.shape[0] != self._batch:
+            self._interpreter.resize_tensor_input(self._input_index, list(obs.shape))
+            self._interpreter.allocate_tensors()
+            self._batch = obs.shape[0]
+        self._interpreter.set_tensor(self._input_index, obs)
+        self._interpreter.invoke()
+        return self._interpreter.get_tensor(self._output_index).astype(np.float32, copy=False)
+
+    def greedy(self, outputs: np.ndarray) -> np.ndarray:
+        """The noise-free action for each row of network outputs."""
+        kind = self.metadata.output
+        if kind == "q_values":
+            return np.argmax(outputs, axis=-1).astype(np.int64)
+        if kind == "action":
+            return np.clip(outputs, self.low, self.high)
+        # mean_log_std: the tanh-squashed Gaussian's mode, scaled to the bounds
+        mean = outputs[..., : outputs.shape[-1] // 2]
+        return squash_to_bounds(np.tanh(mean), self.low, self.high)
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        """Greedy actions for a batch of observations (shape [batch, *observation_shape])."""
+        return self.greedy(self.outputs(observations))
+
+
+def squash_to_bounds(unit: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Map values in [-1, 1] onto [low, high]."""
+    return (low + (unit + 1.0) * 0.5 * (high - low)).astype(np.float32)
+
+
+def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: int = 1) -> Policy:
+    """Load a policy file written by `edge-rl export` (or published by a learner)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PolicyFileError(f"no policy file at {path}")
+    return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads)

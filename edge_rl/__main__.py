@@ -1,0 +1,3 @@
+from edge_rl.cli import main
+
+main()

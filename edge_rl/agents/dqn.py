@@ -1,0 +1,70 @@
+"""DQN (TF-Agents DqnAgent, double-Q targets) for Discrete actions; epsilon-greedy actors."""
+
+from __future__ import annotations
+
+from edge_rl.agents.base import BuiltAgent
+from edge_rl.agents.networks import export_model, q_network
+from edge_rl.config import TrainConfig
+from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.tf_setup import tf
+
+from tf_agents.agents.dqn import dqn_agent  # noqa: E402
+from tf_agents.utils import common  # noqa: E402
+
+from edge_rl.agents.specs import tf_specs  # noqa: E402
+
+
+class DQN:
+    name = "dqn"
+    discrete = True
+    defaults = {
+        "hidden": (64, 64),
+        "learning_rate": 1e-3,
+        "batch_size": 64,
+        "updates_per_step": 1.0,
+        "warmup_steps": 1_000,
+        "eval_every": 5_000,
+        "checkpoint_every": 25_000,
+        "algo_options": {
+            "target_update_period": 200,  # learner updates between hard target copies
+            "epsilon_start": 1.0,
+            "epsilon_end": 0.02,
+            "epsilon_decay_steps": 10_000,  # per actor
+        },
+    }
+
+    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
+        time_step_spec, action_spec = tf_specs(observation_shape, action)
+        net = q_network(time_step_spec.observation, action["n"], config.hidden)
+        optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        agent = dqn_agent.DdqnAgent(
+            time_step_spec,
+            action_spec,
+            q_network=net,
+            optimizer=optimizer,
+            target_update_period=config.algo_options["target_update_period"],
+            td_errors_loss_fn=common.element_wise_huber_loss,
+            gamma=config.gamma,
+            train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
+        )
+        agent.initialize()
+        # Centered Q-values keep argmax exact under int8 output rounding: the quantizer's
+        # range then spans the gaps between actions, not the (large) common offset.
+        centered = export_model(
+            observation_shape,
+            net.layers,
+            lambda q: q - tf.reduce_mean(q, axis=-1, keepdims=True),
+        )
+        return BuiltAgent(agent, centered, "q_values", {"optimizer": optimizer}, net)
+
+    def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
+        options = config.algo_options
+        return ExplorationSettings(
+            kind="epsilon_greedy",
+            epsilon_start=options["epsilon_start"],
+            epsilon_end=options["epsilon_end"],
+            decay_steps=options["epsilon_decay_steps"],
+        )
+
+
+ALGORITHM = DQN()

@@ -1,0 +1,105 @@
+"""Networks built from plain Dense layers, so later code can wrap each layer (TFMOT).
+
+TF-Agents' own ActorNetwork, CriticNetwork and ActorDistributionNetwork create their Dense
+layers internally; these keep the layers in view and give the exported Keras model the same
+layer objects (and so the same weights) as the network being trained.
+"""
+
+from __future__ import annotations
+
+from edge_rl.tf_setup import tf
+
+from tf_agents.networks import network, sequential  # noqa: E402
+from tf_agents.specs import distribution_spec, tensor_spec  # noqa: E402
+from tf_agents.distributions import utils as distribution_utils  # noqa: E402
+import tensorflow_probability as tfp  # noqa: E402
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the same clip edge_rl.device.exploration applies
+
+
+def dense_stack(hidden: tuple[int, ...], name: str) -> list:
+    return [
+        tf.keras.layers.Dense(units, activation="relu", name=f"{name}_dense_{i}")
+        for i, units in enumerate(hidden)
+    ]
+
+
+def q_network(observation_spec, num_actions: int, hidden: tuple[int, ...]):
+    """Q(s, .) for DQN: hidden ReLU layers, then one linear output per action."""
+    layers = dense_stack(hidden, "q") + [tf.keras.layers.Dense(num_actions, name="q_values")]
+    return sequential.Sequential(layers, input_spec=observation_spec, name="QNetwork")
+
+
+def deterministic_actor(observation_spec, action_spec, hidden: tuple[int, ...]):
+    """mu(s) for TD3: hidden ReLU layers, tanh output scaled to the action bounds."""
+    low = tf.constant(action_spec.minimum, tf.float32)
+    high = tf.constant(action_spec.maximum, tf.float32)
+    dim = action_spec.shape.num_elements()
+    layers = dense_stack(hidden, "actor") + [
+        tf.keras.layers.Dense(dim, activation="tanh", name="actor_out"),
+        tf.keras.layers.Lambda(lambda u: low + (u + 1.0) * 0.5 * (high - low), name="to_bounds"),
+    ]
+    return sequential.Sequential(layers, input_spec=observation_spec, name="ActorNetwork")
+
+
+def critic(observation_spec, action_spec, hidden: tuple[int, ...], name: str):
+    """Q(s, a) for TD3 and SAC: the concatenated inputs through ReLU layers to one value."""
+    layers = (
+        [tf.keras.layers.Lambda(lambda inputs: tf.concat(inputs, axis=-1), name="concat")]
+        + dense_stack(hidden, name)
+        + [
+            tf.keras.layers.Dense(1, name=f"{name}_value"),
+            tf.keras.layers.Lambda(lambda q: tf.squeeze(q, -1), name="squeeze"),
+        ]
+    )
+    return sequential.Sequential(
+        layers, input_spec=(observation_spec, action_spec), name=name
+    )
+
+
+class SquashedGaussianActor(network.DistributionNetwork):
+    """pi(.|s) for SAC: tanh(N(mean, std)) scaled to the bounds, mean and log-std from one head."""
+
+    def __init__(self, observation_spec, action_spec, hidden: tuple[int, ...]):
+        dim = action_spec.shape.num_elements()
+        param_spec = {
+            "loc": tensor_spec.TensorSpec(action_spec.shape, tf.float32, name="loc"),
+            "scale_diag": tensor_spec.TensorSpec(action_spec.shape, tf.float32, name="scale"),
+        }
+
+        def build(**params):
+            gaussian = tfp.distributions.MultivariateNormalDiag(**params)
+            return distribution_utils.scale_distribution_to_spec(gaussian, action_spec)
+
+        super().__init__(
+            input_tensor_spec=observation_spec,
+            state_spec=(),
+            output_spec=distribution_spec.DistributionSpec(
+                build, param_spec, sample_spec=action_spec
+            ),
+            name="SquashedGaussianActor",
+        )
+        self.hidden_layers = dense_stack(hidden, "actor")
+        self.head = tf.keras.layers.Dense(2 * dim, name="mean_log_std")
+
+    def mean_log_std(self, observations, training: bool = False):
+        x = observations
+        for layer in self.hidden_layers:
+            x = layer(x, training=training)
+        return self.head(x, training=training)
+
+    def call(self, observations, step_type=(), network_state=(), training=False, mask=None):
+        mean, log_std = tf.split(self.mean_log_std(observations, training), 2, axis=-1)
+        std = tf.exp(tf.clip_by_value(log_std, LOG_STD_MIN, LOG_STD_MAX))
+        return self.output_spec.build_distribution(loc=mean, scale_diag=std), network_state
+
+
+def export_model(observation_shape: tuple[int, ...], layers: list, transform=None):
+    """A functional Keras model through `layers` (shared, not copied), for the converter."""
+    inputs = tf.keras.Input(shape=observation_shape, dtype=tf.float32, name="observation")
+    x = inputs
+    for layer in layers:
+        x = layer(x)
+    if transform is not None:
+        x = transform(x)
+    return tf.keras.Model(inputs, x)

@@ -1,0 +1,27 @@
+"""TF-Agents specs from the env's observation shape and action dict."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge_rl.tf_setup import tf
+
+from tf_agents.specs import tensor_spec  # noqa: E402
+from tf_agents.trajectories import time_step as ts  # noqa: E402
+
+
+def tf_specs(observation_shape: tuple[int, ...], action: dict):
+    observation_spec = tensor_spec.TensorSpec(observation_shape, tf.float32, name="observation")
+    if action["kind"] == "discrete":
+        action_spec = tensor_spec.BoundedTensorSpec(
+            (), tf.int64, minimum=0, maximum=action["n"] - 1, name="action"
+        )
+    else:
+        action_spec = tensor_spec.BoundedTensorSpec(
+            tuple(action["shape"]),
+            tf.float32,
+            minimum=np.asarray(action["low"], np.float32),
+            maximum=np.asarray(action["high"], np.float32),
+            name="action",
+        )
+    return ts.time_step_spec(observation_spec), action_spec

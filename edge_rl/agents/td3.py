@@ -1,0 +1,74 @@
+"""TD3 (TF-Agents Td3Agent) for continuous actions; actors add Gaussian noise in numpy."""
+
+from __future__ import annotations
+
+from edge_rl.agents.base import BuiltAgent
+from edge_rl.agents.networks import critic, deterministic_actor, export_model
+from edge_rl.agents.specs import tf_specs
+from edge_rl.config import TrainConfig
+from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.tf_setup import tf
+
+from tf_agents.agents.td3 import td3_agent  # noqa: E402
+
+
+class TD3:
+    name = "td3"
+    discrete = False
+    defaults = {
+        "hidden": (256, 256),
+        "learning_rate": 1e-3,
+        "batch_size": 256,
+        "updates_per_step": 1.0,
+        "warmup_steps": 5_000,
+        "eval_every": 5_000,
+        "checkpoint_every": 25_000,
+        "algo_options": {
+            "tau": 0.005,
+            "actor_update_period": 2,
+            "target_policy_noise": 0.2,
+            "target_policy_noise_clip": 0.5,
+            "exploration_noise": 0.1,  # fraction of the action half-range
+        },
+    }
+
+    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
+        time_step_spec, action_spec = tf_specs(observation_shape, action)
+        obs_spec = time_step_spec.observation
+        actor = deterministic_actor(obs_spec, action_spec, config.hidden)
+        actor_optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        critic_optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        options = config.algo_options
+        agent = td3_agent.Td3Agent(
+            time_step_spec,
+            action_spec,
+            actor_network=actor,
+            critic_network=critic(obs_spec, action_spec, config.hidden, "critic"),
+            actor_optimizer=actor_optimizer,
+            critic_optimizer=critic_optimizer,
+            target_update_tau=options["tau"],
+            target_update_period=1,
+            actor_update_period=options["actor_update_period"],
+            gamma=config.gamma,
+            target_policy_noise=options["target_policy_noise"],
+            target_policy_noise_clip=options["target_policy_noise_clip"],
+            train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
+        )
+        agent.initialize()
+        return BuiltAgent(
+            agent,
+            export_model(observation_shape, actor.layers),
+            "action",
+            {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
+            actor,
+        )
+
+    def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
+        return ExplorationSettings(
+            kind="gaussian",
+            noise_std=config.algo_options["exploration_noise"],
+            random_steps=config.warmup_steps // config.actors,
+        )
+
+
+ALGORITHM = TD3()

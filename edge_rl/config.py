@@ -1,0 +1,119 @@
+"""Run configuration: one frozen dataclass, saved as RUN_DIR/config.json with every run.
+
+Fields left at None take the algorithm's default (see `edge_rl.agents.<algo>.DEFAULTS`) when
+the run starts; the resolved config is what gets saved, so `--config RUN_DIR/config.json`
+re-runs exactly that run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_rl.device.errors import UserError
+
+PRECISIONS = ("int8", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # what to train
+    env: str = "CartPole-v1"
+    algo: str = "dqn"
+    steps: int = 100_000  # env steps, summed over actors
+    seed: int = 0
+    out: str | None = None  # run directory; default runs/<env>-<algo>-<seed>
+    target_return: float | None = None  # stop once the greedy evaluation reaches this
+
+    # actors (ActorQ)
+    actors: int = 1
+    actor_precision: str = "int8"
+    num_envs: int = 1  # env copies per actor, stepped with one batched inference
+    batch_transitions: int = 64  # transitions per batch an actor sends
+    max_in_flight: int = 4  # unacked batches per actor
+    lockstep: bool = False  # one actor, exact updates per transition: reproducible
+
+    # learner (None: the algorithm's default)
+    hidden: tuple[int, ...] | None = None
+    learning_rate: float | None = None
+    batch_size: int | None = None
+    gamma: float = 0.99
+    updates_per_step: float | None = None  # learner updates per inserted env step
+    warmup_steps: int | None = None  # transitions in replay before the first update
+    replay_capacity: int = 1_000_000
+    nstep: int = 1
+    max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
+
+    # broadcasts, evaluation, checkpoints
+    publish_every: int = 500  # learner updates between policy broadcasts
+    eval_every: int | None = None  # env steps between greedy evaluations
+    eval_episodes: int = 20
+    checkpoint_every: int | None = None  # env steps between checkpoints
+    port: int = 0  # gRPC port on 127.0.0.1; 0 picks a free one
+
+    # algorithm-specific settings (epsilon schedule, noise, target updates, ...)
+    algo_options: dict[str, Any] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        if self.actor_precision not in PRECISIONS:
+            raise UserError(
+                f"--actor-precision must be one of {', '.join(PRECISIONS)}, "
+                f"not {self.actor_precision!r}"
+            )
+        positive = ["steps", "actors", "num_envs", "batch_transitions", "max_in_flight",
+                    "publish_every", "eval_episodes", "replay_capacity", "nstep"]
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if self.lockstep and self.actors != 1:
+            raise UserError("--lockstep runs exactly one actor (drop --actors or set it to 1)")
+        if not 0.0 < self.gamma <= 1.0:
+            raise UserError("gamma must be in (0, 1]")
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        if self.hidden is not None:
+            doc["hidden"] = list(self.hidden)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(doc) - names)
+        if unknown:
+            raise UserError(f"unknown config keys: {', '.join(unknown)}")
+        doc = dict(doc)
+        if doc.get("hidden") is not None:
+            doc["hidden"] = tuple(int(h) for h in doc["hidden"])
+        return cls(**doc)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrainConfig:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise UserError(f"no config file at {path}")
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path} is not valid JSON: {err}") from None
+        return cls.from_dict(doc)
+
+    @property
+    def run_dir(self) -> Path:
+        if self.out:
+            return Path(self.out)
+        safe_env = self.env.replace("/", "_").replace(":", "_")
+        return Path("runs") / f"{safe_env}-{self.algo}-{self.seed}"

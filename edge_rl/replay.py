@@ -1,0 +1,193 @@
+"""Replay: a ring of transitions in arrival order, with n-step returns built at sample time.
+
+Each transition remembers where the next transition of the same actor episode landed
+(`successor`), so n-step returns can be assembled for any sampled transition even when many
+actors' batches interleave. A successor is trusted only if the slot still holds the same
+(actor, episode, step + 1): ring overwrites and resizes can never splice two episodes.
+
+With n steps and discount gamma, a sample's reward is sum_k gamma^k r_k over the k <= n steps
+that exist, and its discount is gamma^(k-1) (0 if the last step terminated), so that a
+TF-Agents agent, which bootstraps with gamma * discount * Q(next), uses gamma^k. Rewards stop
+at episode ends; truncation bootstraps, termination does not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edge_rl.device.wire import Transitions
+
+_FIELDS = (
+    "observation", "next_observation", "action", "deterministic_action", "reward",
+    "terminated", "truncated", "actor_key", "episode_id", "episode_step", "successor",
+)
+
+
+class Replay:
+    """Uniform replay over the newest `capacity` transitions."""
+
+    def __init__(
+        self,
+        capacity: int,
+        observation_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: str,
+        gamma: float,
+        nstep: int = 1,
+        seed: int = 0,
+    ):
+        self.capacity = int(capacity)
+        self.gamma = float(gamma)
+        self.nstep = int(nstep)
+        self.rng = np.random.default_rng(seed)
+        self._shapes = {
+            "observation": (tuple(observation_shape), np.float32),
+            "next_observation": (tuple(observation_shape), np.float32),
+            "action": (tuple(action_shape), np.dtype(action_dtype)),
+            "deterministic_action": (tuple(action_shape), np.dtype(action_dtype)),
+            "reward": ((), np.float32),
+            "terminated": ((), np.bool_),
+            "truncated": ((), np.bool_),
+            "actor_key": ((), np.int64),
+            "episode_id": ((), np.int64),
+            "episode_step": ((), np.int64),
+            "successor": ((), np.int64),
+        }
+        self.data = self._allocate(self.capacity)
+        self.start = 0  # position of the oldest transition
+        self.size = 0
+        self.inserted_total = 0
+        self._tails: dict[tuple[int, int], int] = {}  # open episode -> its newest position
+
+    def _allocate(self, capacity: int) -> dict[str, np.ndarray]:
+        data = {
+            name: np.zeros((capacity, *shape), dtype) for name, (shape, dtype) in self._shapes.items()
+        }
+        data["actor_key"][:] = -1
+        data["successor"][:] = -1
+        return data
+
+    def __len__(self) -> int:
+        return self.size
+
+    def insert(self, actor_key: int, transitions: Transitions) -> None:
+        n = len(transitions)
+        if n > self.capacity:
+            raise ValueError(f"a batch of {n} transitions does not fit a replay of {self.capacity}")
+        positions = (self.start + self.size + np.arange(n)) % self.capacity
+        overflow = max(0, self.size + n - self.capacity)
+        self.start = (self.start + overflow) % self.capacity
+        self.size = min(self.capacity, self.size + n)
+        self.inserted_total += n
+
+        d = self.data
+        for name in ("observation", "next_observation", "action", "deterministic_action",
+                     "reward", "terminated", "truncated", "episode_id", "episode_step"):
+            d[name][positions] = getattr(transitions, name)
+        d["actor_key"][positions] = actor_key
+        d["successor"][positions] = -1
+
+        ended = transitions.terminated | transitions.truncated
+        for i, position in enumerate(positions.tolist()):
+            key = (actor_key, int(transitions.episode_id[i]))
+            previous = self._tails.pop(key, None)
+            if previous is not None and self._holds(previous, key, transitions.episode_step[i] - 1):
+                d["successor"][previous] = position
+            if not ended[i]:
+                self._tails[key] = position
+
+    def _holds(self, position: int, key: tuple[int, int], step: int) -> bool:
+        d = self.data
+        return (
+            d["actor_key"][position] == key[0]
+            and d["episode_id"][position] == key[1]
+            and d["episode_step"][position] == step
+        )
+
+    def positions(self) -> np.ndarray:
+        """Positions of the stored transitions, oldest first."""
+        return (self.start + np.arange(self.size)) % self.capacity
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay")
+        d = self.data
+        index = (self.start + self.rng.integers(0, self.size, size=batch_size)) % self.capacity
+        reward = d["reward"][index].astype(np.float64)
+        steps = np.ones(batch_size, np.int64)
+        last = index.copy()
+        alive = ~(d["terminated"][index] | d["truncated"][index])
+        for k in range(1, self.nstep):
+            following = d["successor"][last]
+            ok = alive & (following >= 0)
+            following = np.where(ok, following, 0)
+            ok &= (
+                (d["actor_key"][following] == d["actor_key"][last])
+                & (d["episode_id"][following] == d["episode_id"][last])
+                & (d["episode_step"][following] == d["episode_step"][last] + 1)
+            )
+            reward += np.where(ok, self.gamma**k * d["reward"][following], 0.0)
+            last = np.where(ok, following, last)
+            steps += ok
+            alive = ok & ~(d["terminated"][last] | d["truncated"][last])
+        discount = np.where(d["terminated"][last], 0.0, self.gamma ** (steps - 1))
+        return {
+            "observation": d["observation"][index],
+            "action": d["action"][index],
+            "reward": reward.astype(np.float32),
+            "discount": discount.astype(np.float32),
+            "next_observation": d["next_observation"][last],
+        }
+
+    def recent_observations(self, n: int) -> np.ndarray:
+        """The newest `n` observations (for calibrating int8 policies)."""
+        take = min(n, self.size)
+        positions = (self.start + self.size - take + np.arange(take)) % self.capacity
+        return self.data["observation"][positions]
+
+    def resize(self, capacity: int) -> None:
+        """New capacity; when it shrinks, the oldest transitions go."""
+        keep = min(self.size, int(capacity))
+        old_positions = self.positions()[self.size - keep :]
+        remap = np.full(self.capacity, -1, np.int64)
+        remap[old_positions] = np.arange(keep)
+        new = self._allocate(int(capacity))
+        for name in _FIELDS:
+            new[name][:keep] = self.data[name][old_positions]
+        successor = new["successor"][:keep]
+        new["successor"][:keep] = np.where(successor >= 0, remap[np.maximum(successor, 0)], -1)
+        self._tails = {k: int(remap[p]) for k, p in self._tails.items() if remap[p] >= 0}
+        self.data, self.capacity, self.start, self.size = new, int(capacity), 0, keep
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def save(self, path: Path) -> None:
+        """Write the stored transitions (oldest first) and the sampler's state to `path` (.npz)."""
+        order = self.positions()
+        remap = np.full(self.capacity, -1, np.int64)
+        remap[order] = np.arange(self.size)
+        arrays = {name: self.data[name][order] for name in _FIELDS}
+        successor = arrays["successor"]
+        arrays["successor"] = np.where(successor >= 0, remap[np.maximum(successor, 0)], -1)
+        tails = [(k[0], k[1], int(remap[p])) for k, p in self._tails.items() if remap[p] >= 0]
+        arrays["tails"] = np.asarray(tails, np.int64).reshape(-1, 3)
+        arrays["counters"] = np.asarray([self.capacity, self.inserted_total], np.int64)
+        arrays["rng_state"] = np.frombuffer(repr(self.rng.bit_generator.state).encode(), np.uint8)
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+    def load(self, path: Path) -> None:
+        import ast
+
+        with np.load(path) as saved:
+            capacity, self.inserted_total = (int(x) for x in saved["counters"])
+            n = saved["reward"].shape[0]
+            self.capacity = max(capacity, n)
+            self.data = self._allocate(self.capacity)
+            for name in _FIELDS:
+                self.data[name][:n] = saved[name]
+            self.start, self.size = 0, n
+            self._tails = {(int(a), int(e)): int(p) for a, e, p in saved["tails"]}
+            self.rng.bit_generator.state = ast.literal_eval(saved["rng_state"].tobytes().decode())

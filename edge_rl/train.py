@@ -1,0 +1,399 @@
+"""`edge-rl train`: a TF-Agents learner serving gRPC, with int8 actors in their own processes.
+
+The loop, top to bottom:
+  1. take validated batches from the Exchange, put them in replay;
+  2. run the updates the samples-per-insert target allows (updates_per_step per env step);
+  3. every publish_every updates, convert the actor network at the actors' precision
+     (calibrated on recent replay observations) and offer it to the actors;
+  4. ack batches once the learner trails the actors by at most max_update_lag updates;
+  5. evaluate the quantized policy greedily every eval_every env steps, keep the best,
+     checkpoint every checkpoint_every env steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from edge_rl.agents import get_algorithm
+from edge_rl.agents.base import check_action_space, resolve_defaults
+from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_checkpoint, write_json
+from edge_rl.config import TrainConfig
+from edge_rl.device.envs import describe_env, make_env
+from edge_rl.device.errors import UserError
+from edge_rl.device.evaluate import EvalResult, evaluate
+from edge_rl.device.policy import Policy
+from edge_rl.local_actors import LocalActors
+from edge_rl.replay import Replay
+from edge_rl.server import Exchange, Ledger, LearnerService, PendingBatch, RunInfo, start_server
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_SIZE = 500
+HOLDOUT_SIZE = 2000
+UPDATES_PER_CHUNK = 50  # updates between looks at the actors' queue
+
+
+@dataclass
+class RunState:
+    """Counters that survive a resume (saved as state.json in each checkpoint)."""
+
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    env_steps: int = 0
+    policy_version: int = 0
+    policies_published: int = 0
+    wall_seconds: float = 0.0
+    best: dict[str, Any] | None = None  # best greedy evaluation so far
+    last_eval: dict[str, Any] | None = None
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    ledger: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(config: TrainConfig, resume: bool = False):
+    """Check the request, fill in defaults; returns (config, factory, obs shape, action)."""
+    factory = get_algorithm(config.algo)
+    observation_shape, action = describe_env(config.env)
+    check_action_space(factory, config.env, action)
+    config = resolve_defaults(factory, config)
+    config.validate()
+    run_dir = config.run_dir
+    if not resume and latest_checkpoint(run_dir / "checkpoints") is not None:
+        raise UserError(f"{run_dir} already holds a run: add --resume, or pick another --out")
+    if resume and latest_checkpoint(run_dir / "checkpoints") is None:
+        raise UserError(f"nothing to resume in {run_dir}: it has no checkpoint")
+    return config, factory, observation_shape, action
+
+
+def random_observations(env_id: str, count: int, seed: int) -> np.ndarray:
+    """Observations from random play, to calibrate the first int8 policy before replay fills."""
+    env = make_env(env_id, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    rows = []
+    for _ in range(count):
+        rows.append(np.asarray(obs, np.float32))
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    env.close()
+    return np.stack(rows)
+
+
+class Training:
+    """One run: the learner, its replay, its gRPC service and its local actors."""
+
+    def __init__(self, config: TrainConfig, resume: bool = False):
+        self.config, self.factory, self.observation_shape, self.action = prepare(config, resume)
+        config = self.config
+        self.run_dir = config.run_dir
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config.save(self.run_dir / "config.json")
+
+        from edge_rl.learner import Learner  # imports TensorFlow
+        from edge_rl.tf_setup import tf
+
+        tf.random.set_seed(config.seed)
+        if config.lockstep:
+            tf.config.experimental.enable_op_determinism()
+        self.tf = tf
+        self.learner = Learner(self.factory, config, self.observation_shape, self.action)
+        discrete = self.action["kind"] == "discrete"
+        self.replay = Replay(
+            config.replay_capacity,
+            self.observation_shape,
+            () if discrete else tuple(self.action["shape"]),
+            "int64" if discrete else "float32",
+            gamma=config.gamma,
+            nstep=config.nstep,
+            seed=config.seed,
+        )
+        self.state = RunState()
+        if resume:
+            self._restore(latest_checkpoint(self.run_dir / "checkpoints"))
+        self.exchange = Exchange(Ledger(self.state.ledger))
+        self.writer = tf.summary.create_file_writer(str(self.run_dir / "tb"))
+        self.calibration_fallback = random_observations(
+            config.env, CALIBRATION_SIZE, config.seed
+        )
+        self.recent_returns: deque[float] = deque(maxlen=20)
+        self.held_acks: deque[PendingBatch] = deque()
+        self.last_publish_update = self.learner.updates
+        self.last_loss = None
+        self.publish_seconds = 0.0
+        self.stop_reason = ""
+
+    # -- the pieces of the loop ----------------------------------------------------------------
+
+    def allowed_updates(self) -> int:
+        """Updates the samples-per-insert target allows after the inserted env steps."""
+        c = self.config
+        return int(math.floor(max(0, self.state.env_steps - c.warmup_steps) * c.updates_per_step))
+
+    def calibration(self) -> np.ndarray:
+        if len(self.replay) >= CALIBRATION_SIZE:
+            return self.replay.recent_observations(CALIBRATION_SIZE)
+        return self.calibration_fallback
+
+    def publish(self) -> None:
+        version = self.state.policy_version + 1
+        model, seconds = self.learner.publish(
+            self.config.actor_precision, self.calibration(), version
+        )
+        self.state.policy_version = version
+        self.state.policies_published += 1
+        self.exchange.put_policy(version, model)
+        self.last_publish_update = self.learner.updates
+        self.publish_seconds += seconds
+        with self.writer.as_default(step=self.state.env_steps):
+            self.tf.summary.scalar("policy/version", version)
+            self.tf.summary.scalar("policy/publish_latency_ms", seconds * 1000)
+            self.tf.summary.scalar("policy/bytes", len(model))
+
+    def take_batches(self, block: bool) -> int:
+        """Move queued batches into replay; returns how many transitions arrived."""
+        arrived = 0
+        timeout = 0.05 if block else 0.0
+        while True:
+            try:
+                pending = self.exchange.batches.get(timeout=timeout)
+            except Exception:  # queue.Empty
+                return arrived
+            timeout = 0.0
+            self.replay.insert(pending.actor_key, pending.transitions)
+            self.exchange.inserted(pending)
+            self.state.env_steps += len(pending.transitions)
+            arrived += len(pending.transitions)
+            self.recent_returns.extend(pending.episode_returns)
+            self.held_acks.append(pending)
+            if self.config.lockstep:
+                return arrived  # one batch at a time: updates and acks follow it exactly
+
+    def train_chunk(self) -> int:
+        """Run up to UPDATES_PER_CHUNK of the updates that are due; returns how many ran."""
+        due = self.allowed_updates() - self.learner.updates
+        if self.config.lockstep:
+            count = max(0, due)  # all of them, before the ack: reproducible
+        else:
+            count = max(0, min(due, UPDATES_PER_CHUNK))
+        for _ in range(count):
+            self.last_loss = self.learner.step(self.replay.sample(self.config.batch_size))
+            if self.learner.updates - self.last_publish_update >= self.config.publish_every:
+                self.publish()
+        return count
+
+    def release_acks(self) -> None:
+        lag = 0 if self.config.lockstep else self.config.max_update_lag
+        while self.held_acks and self.allowed_updates() - self.learner.updates <= lag:
+            self.held_acks.popleft().acked.set()
+
+    def evaluate_now(self) -> EvalResult:
+        """Publish the current weights and evaluate that quantized policy greedily."""
+        self.publish()
+        policy = Policy(self.exchange.policy[1])
+        result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
+        record = {
+            **result.as_dict(),
+            "env_steps": self.state.env_steps,
+            "updates": self.learner.updates,
+            "policy_version": policy.version,
+            "wall_seconds": self.elapsed(),
+        }
+        self.state.evaluations.append(record)
+        self.state.last_eval = record
+        if self.state.best is None or record["mean"] > self.state.best["mean"]:
+            self.state.best = record
+            self._save_best(policy)
+        with self.writer.as_default(step=self.state.env_steps):
+            self.tf.summary.scalar("eval/return_mean", result.mean)
+            self.tf.summary.scalar("eval/return_std", result.std)
+        log.info("eval at %d steps: return %.1f ± %.1f (policy v%d)",
+                 self.state.env_steps, result.mean, result.std, policy.version)
+        return result
+
+    def _save_best(self, policy: Policy) -> None:
+        best = self.run_dir / "best"
+        tmp = self.run_dir / ".tmp-best"
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        self.learner.save_actor(tmp)
+        (tmp / "policy.tflite").write_bytes(policy.model)
+        observations = self.replay.recent_observations(CALIBRATION_SIZE + HOLDOUT_SIZE)
+        if len(observations) < CALIBRATION_SIZE + 10:
+            observations = np.concatenate([self.calibration_fallback, observations])
+        with open(tmp / "observations.npz", "wb") as f:
+            np.savez(f, calibration=observations[:CALIBRATION_SIZE],
+                     holdout=observations[CALIBRATION_SIZE:])
+        write_json(tmp / "eval.json", self.state.best)
+        shutil.rmtree(best, ignore_errors=True)
+        tmp.rename(best)
+
+    def checkpoint(self) -> None:
+        self.state.ledger = self.exchange.ledger.state()
+        self.state.wall_seconds = self.elapsed()
+        name = f"ckpt-{self.state.env_steps:012d}"
+
+        def write(folder: Path) -> None:
+            self.learner.save(folder)
+            self.replay.save(folder / "replay.npz")
+            write_json(folder / "state.json", self.state.__dict__)
+
+        write_checkpoint(self.run_dir / "checkpoints", name, write)
+        log.info("checkpoint %s", name)
+
+    def _restore(self, folder: Path) -> None:
+        import json
+
+        self.learner.restore(folder)
+        self.replay.load(folder / "replay.npz")
+        self.state = RunState(**json.loads((folder / "state.json").read_text()))
+        log.info("resumed from %s at %d env steps, %d updates, policy v%d",
+                 folder.name, self.state.env_steps, self.learner.updates, self.state.policy_version)
+
+    def elapsed(self) -> float:
+        return self.state.wall_seconds + (time.monotonic() - self.started)
+
+    def log_scalars(self, rates: dict[str, float]) -> None:
+        with self.writer.as_default(step=self.state.env_steps):
+            for name, value in rates.items():
+                self.tf.summary.scalar(name, value)
+            if self.recent_returns:
+                self.tf.summary.scalar("actor/episode_return", float(np.mean(self.recent_returns)))
+            if self.last_loss is not None:
+                self.tf.summary.scalar("learner/loss", float(self.last_loss.loss))
+        self.writer.flush()
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        self.started = time.monotonic()
+        interrupted = False
+        run = RunInfo(
+            run_id=self.state.run_id,
+            env_id=config.env,
+            algo=config.algo,
+            observation_shape=self.observation_shape,
+            action=self.action,
+            batch_transitions=config.batch_transitions,
+            max_in_flight=1 if config.lockstep else config.max_in_flight,
+            lockstep=config.lockstep,
+            num_envs=config.num_envs,
+            seed=config.seed,
+            exploration=lambda index: self.factory.exploration(config, index),
+        )
+        server, port = start_server(
+            LearnerService(run, self.exchange), config.port, max_workers=4 * config.actors + 8
+        )
+        self.publish()
+        actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs")
+        previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        next_eval = _next_multiple(self.state.env_steps, config.eval_every)
+        next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
+        bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
+                   unit="step", dynamic_ncols=True, disable=None, desc=f"{config.algo} {config.env}")
+        last_log = time.monotonic()
+        last_counts = (self.state.env_steps, self.learner.updates)
+        try:
+            while self.state.env_steps < config.steps:
+                can_update = self.allowed_updates() > self.learner.updates
+                arrived = self.take_batches(block=not can_update)
+                bar.update(min(arrived, max(0, config.steps - bar.n)))
+                self.train_chunk()
+                if self.state.env_steps >= next_eval:
+                    next_eval = _next_multiple(self.state.env_steps, config.eval_every)
+                    result = self.evaluate_now()
+                    if config.target_return is not None and result.mean >= config.target_return:
+                        self.stop_reason = f"reached target return {config.target_return}"
+                        self.release_acks()
+                        break
+                if self.state.env_steps >= next_checkpoint:
+                    next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
+                    self.checkpoint()
+                self.release_acks()
+                now = time.monotonic()
+                if now - last_log >= 2.0:
+                    steps, updates = self.state.env_steps, self.learner.updates
+                    rates = {
+                        "actor/steps_per_sec": (steps - last_counts[0]) / (now - last_log),
+                        "learner/updates_per_sec": (updates - last_counts[1]) / (now - last_log),
+                    }
+                    self.log_scalars(rates)
+                    bar.set_postfix(
+                        ret=f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "-",
+                        eval=f"{self.state.last_eval['mean']:.1f}" if self.state.last_eval else "-",
+                        v=self.state.policy_version,
+                        ups=f"{rates['learner/updates_per_sec']:.0f}",
+                    )
+                    last_log, last_counts = now, (steps, updates)
+                    if not actors.alive():
+                        raise UserError(
+                            f"all actors exited (codes {actors.failed()}); "
+                            f"see {self.run_dir / 'logs'}"
+                        )
+            else:
+                self.stop_reason = f"reached {config.steps} env steps"
+        except KeyboardInterrupt:
+            interrupted = True
+            self.stop_reason = "interrupted"
+            log.warning("interrupted: stopping actors and writing a final checkpoint")
+        finally:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+            bar.close()
+            self.exchange.stopping.set()
+            actors.stop()
+            server.stop(grace=1.0)
+            self.exchange.drop_pending()
+        return self.finish(interrupted)
+
+    def finish(self, interrupted: bool) -> dict[str, Any]:
+        if not interrupted and (
+            self.state.last_eval is None
+            or self.state.last_eval["updates"] != self.learner.updates
+        ):
+            self.evaluate_now()
+        self.checkpoint()
+        best = self.run_dir / "best" / "policy.tflite"
+        exported = self.run_dir / "policy.tflite"
+        if best.is_file():
+            write_bytes(exported, best.read_bytes())
+        summary = {
+            "algo": self.config.algo,
+            "env": self.config.env,
+            "steps": self.state.env_steps,
+            "updates": self.learner.updates,
+            "wall_clock_seconds": round(self.elapsed(), 2),
+            "precision": self.config.actor_precision,
+            "policies_published": self.state.policies_published,
+            "final_return": self.state.last_eval,
+            "best_return": self.state.best,
+            "policy_file": str(exported) if exported.is_file() else None,
+            "stop_reason": self.stop_reason,
+            "publish_seconds": round(self.publish_seconds, 3),
+        }
+        write_json(self.run_dir / "summary.json", summary)
+        self.writer.close()
+        return summary
+
+
+def _next_multiple(value: int, every: int) -> int:
+    return (value // every + 1) * every
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
+    """Train with `config`; with resume=True, continue the run in config.run_dir."""
+    return Training(config, resume=resume).run()

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from edge_rl.device.exploration import ExplorationSettings, Explorer, sac_sample
+from edge_rl.device.policy_file import PolicyMetadata
+
+
+def meta(action):
+    return PolicyMetadata(env_id="X-v0", algo="a", precision="int8", output="action",
+                          observation_shape=(3,), action=action)
+
+
+DISCRETE = meta({"kind": "discrete", "n": 4})
+BOX = meta({"kind": "continuous", "shape": [2], "low": [-1.0, 0.0], "high": [1.0, 4.0]})
+
+
+def test_epsilon_decays_linearly_per_actor_step():
+    settings = ExplorationSettings(kind="epsilon_greedy", epsilon_start=1.0, epsilon_end=0.1,
+                                   decay_steps=100)
+    explorer = Explorer(settings, DISCRETE, np.random.default_rng(0))
+    assert explorer.epsilon() == pytest.approx(1.0)
+    greedy = np.zeros(50, np.int64)
+    actions, deterministic = explorer(np.zeros((50, 4), np.float32), greedy)
+    assert explorer.epsilon() == pytest.approx(0.55)
+    np.testing.assert_array_equal(deterministic, greedy)
+    explorer.steps = 1_000
+    actions, _ = explorer(np.zeros((20_000, 4), np.float32), np.zeros(20_000, np.int64))
+    random_share = np.mean(actions != 0)  # a random action is non-greedy 3 times in 4
+    assert random_share == pytest.approx(0.1 * 3 / 4, abs=0.01)
+
+
+def test_gaussian_noise_scales_with_the_half_range_and_clips():
+    settings = ExplorationSettings(kind="gaussian", noise_std=0.1)
+    explorer = Explorer(settings, BOX, np.random.default_rng(0))
+    greedy = np.tile(np.asarray([[0.0, 2.0]], np.float32), (50_000, 1))
+    actions, _ = explorer(np.zeros_like(greedy), greedy)
+    assert actions.dtype == np.float32
+    np.testing.assert_allclose(actions.std(axis=0), [0.1, 0.2], rtol=0.03)
+    edge = np.tile(np.asarray([[1.0, 4.0]], np.float32), (1000, 1))
+    actions, _ = explorer(np.zeros_like(edge), edge)
+    assert actions[:, 0].max() <= 1.0 and actions[:, 1].max() <= 4.0
+
+
+def test_random_warmup_steps_ignore_the_policy():
+    settings = ExplorationSettings(kind="gaussian", noise_std=0.0, random_steps=1000)
+    explorer = Explorer(settings, BOX, np.random.default_rng(0))
+    greedy = np.zeros((1000, 2), np.float32)
+    actions, _ = explorer(greedy, greedy)
+    assert actions[:, 1].min() >= 0.0 and actions[:, 1].max() <= 4.0
+    assert actions[:, 1].std() > 1.0  # uniform on [0, 4]
+    actions, _ = explorer(greedy, greedy)  # warm-up over: greedy + zero noise
+    np.testing.assert_array_equal(actions, greedy)
+
+
+def test_sac_sampling_matches_tf_agents_distribution():
+    """The device samples SAC actions like TF-Agents' squashed Gaussian actor does."""
+    from edge_rl.agents.networks import SquashedGaussianActor
+    from edge_rl.agents.specs import tf_specs
+    from edge_rl.tf_setup import tf
+
+    low, high = np.asarray([-2.0, 0.0], np.float32), np.asarray([2.0, 1.0], np.float32)
+    action = {"kind": "continuous", "shape": [2], "low": low.tolist(), "high": high.tolist()}
+    time_step_spec, action_spec = tf_specs((3,), action)
+    actor = SquashedGaussianActor(time_step_spec.observation, action_spec, (16,))
+    observation = tf.constant([[0.3, -1.0, 2.0]], tf.float32)
+    actor.create_variables(time_step_spec.observation)
+    # fixed network outputs: set the head to produce chosen mean/log-std regardless of input
+    actor.head.set_weights([np.zeros((16, 4), np.float32),
+                            np.asarray([0.4, -1.2, np.log(0.5), np.log(1.5)], np.float32)])
+    distribution, _ = actor(observation)
+    tf.random.set_seed(0)
+    tf_samples = distribution.sample(100_000).numpy().reshape(-1, 2)
+    outputs = actor.mean_log_std(observation).numpy()
+    device = sac_sample(np.repeat(outputs, 100_000, axis=0), low, high, np.random.default_rng(0))
+    np.testing.assert_allclose(device.mean(axis=0), tf_samples.mean(axis=0), atol=0.01)
+    np.testing.assert_allclose(device.std(axis=0), tf_samples.std(axis=0), atol=0.01)
+    assert device.min(axis=0)[1] >= 0.0 and device.max(axis=0)[0] <= 2.0

@@ -1,0 +1,108 @@
+import numpy as np
+import pytest
+
+from edge_rl.device.wire import Transitions
+from edge_rl.replay import Replay
+
+GAMMA = 0.5
+
+
+def batch(episode, steps, rewards, terminated_last=False, truncated_last=False, obs_base=0.0):
+    n = len(steps)
+    obs = np.asarray([[obs_base + s] for s in steps], np.float32)
+    terminated = np.zeros(n, bool)
+    truncated = np.zeros(n, bool)
+    terminated[-1] = terminated_last
+    truncated[-1] = truncated_last
+    return Transitions(
+        observation=obs,
+        action=np.asarray(steps, np.int64),
+        deterministic_action=np.asarray(steps, np.int64),
+        reward=np.asarray(rewards, np.float32),
+        next_observation=obs + 1,
+        terminated=terminated,
+        truncated=truncated,
+        episode_id=np.full(n, episode, np.int64),
+        episode_step=np.asarray(steps, np.int64),
+    )
+
+
+def sample_all(replay, index_of_step):
+    """Sample until every stored transition was seen; map step -> sample row."""
+    seen = {}
+    for _ in range(200):
+        s = replay.sample(64)
+        for i in range(64):
+            seen[int(s["action"][i])] = {k: v[i] for k, v in s.items()}
+    return {step: seen[step] for step in index_of_step}
+
+
+def test_nstep_returns_cut_at_termination_and_bootstrap_on_truncation():
+    replay = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=3, seed=0)
+    # actor 0: steps 0..3, the last terminates; actor 1 interleaves its own episode
+    replay.insert(0, batch(7, [0, 1], [1, 2]))
+    replay.insert(1, batch(7, [100, 101], [9, 9]))
+    replay.insert(0, batch(7, [2, 3], [4, 8], terminated_last=True))
+    rows = sample_all(replay, [0, 1, 2, 3])
+    assert rows[0]["reward"] == pytest.approx(1 + GAMMA * 2 + GAMMA**2 * 4)
+    assert rows[0]["discount"] == pytest.approx(GAMMA**2)
+    assert rows[0]["next_observation"][0] == pytest.approx(3.0)  # next obs after step 2
+    assert rows[2]["reward"] == pytest.approx(4 + GAMMA * 8)
+    assert rows[2]["discount"] == 0.0  # reached a termination: no bootstrap
+    assert rows[3]["discount"] == 0.0
+
+    replay2 = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=3, seed=0)
+    replay2.insert(0, batch(1, [0, 1], [1, 1], truncated_last=True))
+    replay2.insert(0, batch(2, [0], [5]))  # a new episode must not be spliced on
+    rows = sample_all(replay2, [1])
+    assert rows[1]["reward"] == pytest.approx(1.0)
+    assert rows[1]["discount"] == pytest.approx(1.0)  # truncation bootstraps (gamma^0 here)
+
+
+def test_missing_successor_gives_shorter_return():
+    replay = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=3, seed=0)
+    replay.insert(0, batch(1, [0, 1], [1, 1]))  # steps 2.. not arrived yet
+    rows = sample_all(replay, [0, 1])
+    assert rows[0]["reward"] == pytest.approx(1 + GAMMA)
+    assert rows[0]["discount"] == pytest.approx(GAMMA)
+    assert rows[1]["discount"] == pytest.approx(1.0)
+
+
+def test_ring_overwrite_never_splices_episodes():
+    replay = Replay(4, (1,), (), "int64", gamma=GAMMA, nstep=2, seed=0)
+    replay.insert(0, batch(1, [0, 1, 2], [1, 1, 1]))
+    replay.insert(0, batch(1, [3, 4, 5], [1, 1, 1]))  # overwrites steps 0 and 1
+    assert len(replay) == 4
+    rows = sample_all(replay, [2, 3, 4, 5])
+    assert rows[2]["reward"] == pytest.approx(1 + GAMMA)
+    assert rows[5]["reward"] == pytest.approx(1.0)
+    assert set(int(a) for a in replay.data["action"]) == {2, 3, 4, 5}
+
+
+def test_resize_drops_oldest_and_keeps_links(tmp_path):
+    replay = Replay(10, (1,), (), "int64", gamma=GAMMA, nstep=2, seed=0)
+    replay.insert(0, batch(1, list(range(8)), [1.0] * 8))
+    replay.resize(5)
+    assert len(replay) == 5 and replay.capacity == 5
+    assert sorted(int(a) for a in replay.data["action"]) == [3, 4, 5, 6, 7]
+    rows = sample_all(replay, [3, 6, 7])
+    assert rows[3]["reward"] == pytest.approx(1 + GAMMA)
+    assert rows[7]["reward"] == pytest.approx(1.0)
+    replay.insert(0, batch(1, [8], [1.0]))  # the open episode continues after the resize
+    rows = sample_all(replay, [7])
+    assert rows[7]["reward"] == pytest.approx(1 + GAMMA)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    replay = Replay(6, (1,), (), "int64", gamma=GAMMA, nstep=2, seed=3)
+    replay.insert(0, batch(1, [0, 1, 2, 3], [1, 2, 3, 4]))
+    replay.insert(1, batch(5, [0, 1, 2, 3], [1, 2, 3, 4]))  # wraps the ring
+    replay.save(tmp_path / "replay.npz")
+    restored = Replay(6, (1,), (), "int64", gamma=GAMMA, nstep=2, seed=99)
+    restored.load(tmp_path / "replay.npz")
+    assert len(restored) == len(replay) == 6
+    a, b = replay.sample(32), restored.sample(32)  # same sampler state, same samples
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    restored.insert(1, batch(5, [4], [5]))  # open episode still linked after loading
+    assert restored.data["successor"].max() >= 0

@@ -1,0 +1,130 @@
+"""The learner's gRPC service on loopback: status codes for bad input, dedupe, chunked policies.
+
+No TensorFlow here: the service and the Exchange are plain Python; the learner side of the
+Exchange is played by the test (take a batch, mark it inserted, ack it).
+"""
+
+import threading
+
+import grpc
+import numpy as np
+import pytest
+
+from edge_rl.device import wire_pb2, wire_pb2_grpc
+from edge_rl.device.client import LearnerClient
+from edge_rl.device.errors import UserError
+from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, encode_batch
+from edge_rl.server import Exchange, Ledger, LearnerService, RunInfo, start_server
+from test_wire import transitions
+
+
+@pytest.fixture
+def service():
+    run = RunInfo(
+        run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
+        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
+        lockstep=False, num_envs=1, seed=0,
+        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy", epsilon_end=0.1 * i),
+    )
+    exchange = Exchange()
+    server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
+    client = LearnerClient(f"127.0.0.1:{port}", "actor-a", incarnation=11)
+    stop = threading.Event()
+
+    def learner():  # insert and ack whatever arrives
+        while not stop.is_set():
+            try:
+                pending = exchange.batches.get(timeout=0.05)
+            except Exception:
+                continue
+            exchange.inserted(pending)
+            pending.acked.set()
+
+    thread = threading.Thread(target=learner, daemon=True)
+    thread.start()
+    yield client, exchange, port
+    stop.set()
+    exchange.stopping.set()
+    client.close()
+    server.stop(grace=0)
+
+
+def insert_raw(port, data):
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        return wire_pb2_grpc.LearnerStub(channel).Insert(
+            wire_pb2.InsertRequest(batch=data), timeout=10
+        )
+
+
+def batch_bytes(seq, run_id="run-1", incarnation=11, **kw):
+    return encode_batch(transitions(**kw), run_id=run_id, actor_id="actor-a",
+                        incarnation=incarnation, seq=seq, policy_version=1)
+
+
+def test_hello_gives_run_settings_and_rejects_other_protocol_versions(service):
+    client, exchange, port = service
+    reply = client.hello()
+    assert (reply.run_id, reply.env_id, reply.algo) == ("run-1", "CartPole-v1", "dqn")
+    assert ExplorationSettings.from_json(reply.exploration_json).kind == "epsilon_greedy"
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            wire_pb2_grpc.LearnerStub(channel).Hello(
+                wire_pb2.HelloRequest(protocol_version=99, actor_id="x"), timeout=5
+            )
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "99" in info.value.details() and str(PROTOCOL_VERSION) in info.value.details()
+
+
+def test_bad_batches_get_status_codes_and_the_service_stays_up(service):
+    client, exchange, port = service
+    client.hello()
+    cases = [
+        (b"\x08\xff\xff garbage", grpc.StatusCode.INVALID_ARGUMENT),
+        (batch_bytes(0, obs_dim=3), grpc.StatusCode.INVALID_ARGUMENT),
+        (batch_bytes(0, run_id="other-run"), grpc.StatusCode.FAILED_PRECONDITION),
+        (batch_bytes(0, incarnation=12), grpc.StatusCode.FAILED_PRECONDITION),  # no Hello
+    ]
+    for data, code in cases:
+        with pytest.raises(grpc.RpcError) as info:
+            insert_raw(port, data)
+        assert info.value.code() == code, info.value.details()
+        assert info.value.details()
+    reply = insert_raw(port, batch_bytes(0))  # still serving
+    assert reply.seq == 0 and not reply.duplicate
+
+
+def test_duplicates_are_acked_but_inserted_once(service):
+    client, exchange, port = service
+    client.hello()
+    assert not insert_raw(port, batch_bytes(0)).duplicate
+    assert insert_raw(port, batch_bytes(0)).duplicate
+    assert not insert_raw(port, batch_bytes(1)).duplicate
+    assert ("actor-a", 0) in exchange.ledger and ("actor-a", 1) in exchange.ledger
+    assert exchange.ledger.next_seq("actor-a") == 2
+    assert client.hello().next_seq == 2  # a restarted actor continues its numbering
+
+
+def test_policies_larger_than_a_message_arrive_whole(service):
+    client, exchange, port = service
+    assert client.fetch_policy(0) is None
+    model = np.random.default_rng(1).bytes(3 * POLICY_CHUNK_BYTES + 5)
+    exchange.put_policy(4, model)
+    assert client.fetch_policy(0) == (4, model)
+    assert client.fetch_policy(4) is None
+
+
+def test_client_reports_refusals_in_one_line():
+    client = LearnerClient("127.0.0.1:1", "a", 1)
+    with pytest.raises(UserError, match="cannot reach a learner"):
+        client.hello(wait_seconds=0.5)
+
+
+def test_ledger_state_round_trip():
+    ledger = Ledger()
+    for seq in (0, 1, 2, 5, 7):
+        ledger.add("a", seq)
+    restored = Ledger(ledger.state())
+    assert [("a", s) in restored for s in range(9)] == [
+        True, True, True, False, False, True, False, True, False]
+    assert restored.next_seq("a") == 8

@@ -1,0 +1,48 @@
+"""A real user's install: build the wheel, install its base dependencies in a fresh venv and
+import it from outside the repository (where the source edge_rl/ cannot shadow it).
+
+The fresh venv gets the newest protobuf the base install allows, so this also proves the
+committed gRPC stubs (grpcio-tools 1.62) import beyond TF's protobuf 4.25.
+"""
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(args, cwd, **kw):
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=900, **kw)
+    assert result.returncode == 0, f"{args}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs_with_the_base_install_only(tmp_path):
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(ROOT)], ROOT)
+    wheel = next(dist.glob("edge_rl-*.whl"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    run([str(python), "-m", "pip", "install", "-q", str(wheel)], tmp_path)
+    run([str(python), "-m", "pip", "check"], tmp_path)
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    code = (
+        "import importlib.util, google.protobuf, edge_rl, edge_rl.device\n"
+        "from edge_rl.device import wire_pb2, wire_pb2_grpc, actor, evaluate, runtime\n"
+        "assert importlib.util.find_spec('tensorflow') is None\n"
+        "assert edge_rl.device.__file__.startswith(%r)\n"
+        "print(google.protobuf.__version__, runtime.load_runtime())\n" % str(env_dir)
+    )
+    out = run([str(python), "-c", code], away)
+    protobuf_major = int(out.split(".")[0])
+    assert protobuf_major >= 5, out  # the newest protobuf, not TF's 4.25
+    assert "ai_edge_litert" in out
+    help_text = run([str(env_dir / "bin" / "edge-rl"), "--help"], away)
+    assert "train" in help_text and "actor" in help_text

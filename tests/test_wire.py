@@ -1,0 +1,118 @@
+import hashlib
+
+import google.protobuf
+import numpy as np
+import pytest
+
+from edge_rl.device import wire_pb2, wire_pb2_grpc  # noqa: F401  (stubs import)
+from edge_rl.device.wire import (
+    POLICY_CHUNK_BYTES,
+    PROTOCOL_VERSION,
+    BatchError,
+    Transitions,
+    assemble_policy,
+    decode_batch,
+    encode_batch,
+    policy_chunks,
+    to_tensor,
+    validate_batch,
+)
+
+CARTPOLE = ((4,), {"kind": "discrete", "n": 2})
+PENDULUM = ((3,), {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]})
+
+
+def transitions(n=5, obs_dim=4, action=None):
+    rng = np.random.default_rng(0)
+    if action is None:
+        action = rng.integers(0, 2, n)
+    return Transitions(
+        observation=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        action=action,
+        deterministic_action=action.copy(),
+        reward=np.ones(n, np.float32),
+        next_observation=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        terminated=np.eye(1, n, n - 1, dtype=bool)[0],
+        truncated=np.zeros(n, bool),
+        episode_id=np.zeros(n, np.int64),
+        episode_step=np.arange(n, dtype=np.int64),
+    )
+
+
+def encode(t, **kw):
+    args = dict(run_id="r", actor_id="a", incarnation=1, seq=3, policy_version=2)
+    args.update(kw)
+    return encode_batch(t, **args)
+
+
+def test_stubs_generated_by_grpcio_tools_162_import_under_tf_protobuf():
+    # TF 2.15 pins protobuf < 5; the wheel test imports the same stubs under the newest one.
+    assert google.protobuf.__version__.startswith("4.25")
+    assert "Protobuf Python Version: 4.25" in open(wire_pb2.__file__).read()
+
+
+def test_batch_round_trip_keeps_terminated_and_truncated_apart():
+    t = transitions()
+    t.truncated[1] = True
+    batch = decode_batch(encode(t))
+    assert batch.protocol_version == PROTOCOL_VERSION
+    assert (batch.actor_id, batch.incarnation, batch.seq, batch.policy_version) == ("a", 1, 3, 2)
+    back = validate_batch(batch, *CARTPOLE)
+    for name in ("observation", "action", "reward", "next_observation", "terminated",
+                 "truncated", "episode_id", "episode_step", "deterministic_action"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(t, name))
+    assert back.terminated.tolist() == [False] * 4 + [True]
+    assert back.truncated.tolist() == [False, True, False, False, False]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: setattr(t, "observation", t.observation[:, :3]), "observation: shape"),
+        (lambda t: t.next_observation.__setitem__((0, 0), np.nan), "non-finite"),
+        (lambda t: t.action.__setitem__(0, 5), "outside"),
+        (lambda t: setattr(t, "episode_id", t.episode_id[:2]), "episode_id: shape"),
+    ],
+)
+def test_validation_rejects_broken_batches(change, message):
+    t = transitions()
+    change(t)
+    with pytest.raises(BatchError, match=message):
+        validate_batch(decode_batch(encode(t)), *CARTPOLE)
+
+
+def test_validation_checks_dtypes_as_sent():
+    batch = decode_batch(encode(transitions()))
+    batch.reward.CopyFrom(to_tensor(np.ones(5, np.float64)))
+    with pytest.raises(BatchError, match="reward: dtype float64"):
+        validate_batch(batch, *CARTPOLE)
+    batch.reward.CopyFrom(wire_pb2.Tensor(dtype="float32", shape=[5], data=b"123"))
+    with pytest.raises(BatchError, match="do not fill"):
+        validate_batch(batch, *CARTPOLE)
+
+
+def test_continuous_batches_need_float32_actions_of_the_right_width():
+    good = transitions(obs_dim=3, action=np.zeros((5, 1), np.float32))
+    validate_batch(decode_batch(encode(good)), *PENDULUM)
+    bad = transitions(obs_dim=3, action=np.zeros((5, 2), np.float32))
+    with pytest.raises(BatchError, match="action: shape"):
+        validate_batch(decode_batch(encode(bad)), *PENDULUM)
+
+
+def test_undecodable_bytes_are_a_batch_error():
+    with pytest.raises(BatchError, match="not a TrajectoryBatch"):
+        decode_batch(b"\xff\xff\xff\xff not a protobuf")
+
+
+def test_policy_chunks_are_at_most_one_mib_and_carry_sha256():
+    model = np.random.default_rng(0).bytes(2 * POLICY_CHUNK_BYTES + 123)
+    chunks = list(policy_chunks(7, model))
+    assert len(chunks) == 3
+    assert all(len(c.data) <= POLICY_CHUNK_BYTES for c in chunks)
+    assert chunks[0].sha256 == hashlib.sha256(model).hexdigest()
+    assert chunks[0].total_bytes == len(model)
+    assert assemble_policy(chunks) == (7, model)
+    chunks[1].data = chunks[1].data[:-1] + b"x"
+    with pytest.raises(BatchError, match="damaged"):
+        assemble_policy(chunks)
+    assert assemble_policy([]) is None
