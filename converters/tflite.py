@@ -109,8 +109,7 @@ def calibration_rows(calibration: np.ndarray, obs_shape: tuple[int, ...]) -> np.
     size = int(np.prod(obs_shape))
     if obs.size == 0 or obs.size % size:
         raise ValueError(
-            f"calibration data of shape {obs.shape} does not hold observations of shape "
-            f"{obs_shape}"
+            f"calibration data of shape {obs.shape} does not hold observations of shape {obs_shape}"
         )
     obs = obs.reshape(-1, *obs_shape)
     obs = obs[np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)]

@@ -35,16 +35,16 @@ def check_env_matches(policy: Policy, env) -> None:
     obs_shape = observation_shape(env.observation_space)
     if tuple(meta.observation_shape) != obs_shape:
         raise UserError(
-            f"this policy was made for {meta.env_id} (observations {list(meta.observation_shape)}),"
-            f" not for an env with observations {list(obs_shape)}"
+            f"this policy was made for {meta.env_id} (observations "
+            f"{list(meta.observation_shape)}), not for an env with observations {list(obs_shape)}"
         )
     space = env.action_space
     if meta.discrete != (getattr(space, "n", None) is not None) or (
         meta.discrete and int(space.n) != int(meta.action["n"])
     ):
-        raise UserError(f"this policy was made for {meta.env_id}, whose actions differ from {space}")
+        raise UserError(f"this policy was made for {meta.env_id}, whose actions differ: {space}")
     if not meta.discrete and list(space.shape) != list(meta.action["shape"]):
-        raise UserError(f"this policy was made for {meta.env_id}, whose actions differ from {space}")
+        raise UserError(f"this policy was made for {meta.env_id}, whose actions differ: {space}")
 
 
 def evaluate(

@@ -34,20 +34,30 @@ class Policy:
                 model_content=self.model, num_threads=num_threads
             )
             self._interpreter.allocate_tensors()
-        except (ValueError, RuntimeError) as err:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise PolicyFileError(f"the TFLite runtime cannot load this model: {first_line}") from None
-        inputs = self._interpreter.get_input_details()
-        outputs = self._interpreter.get_output_details()
+            inputs = self._interpreter.get_input_details()
+            outputs = self._interpreter.get_output_details()
+        except (ValueError, RuntimeError) as err:  # UnicodeDecodeError is a ValueError
+            message = f"the TFLite runtime cannot load this model: {_first_line(err)}"
+            raise PolicyFileError(message) from None
         if len(inputs) != 1 or len(outputs) != 1:
             raise PolicyFileError("a policy network must have exactly one input and one output")
         self._input_index = inputs[0]["index"]
         self._output_index = outputs[0]["index"]
         self._batch = int(inputs[0]["shape"][0])
         meta = self.metadata
+        if tuple(int(d) for d in inputs[0]["shape"][1:]) != tuple(meta.observation_shape):
+            raise PolicyFileError(
+                f"the network takes inputs of shape {list(inputs[0]['shape'][1:])}, the metadata "
+                f"says observations have shape {list(meta.observation_shape)}"
+            )
         if meta.action["kind"] == "continuous":
             self.low = np.asarray(meta.action["low"], np.float32)
             self.high = np.asarray(meta.action["high"], np.float32)
+        try:  # one run now, so that a network that cannot run fails here and not mid-episode
+            self.outputs(np.zeros((self._batch, *meta.observation_shape), np.float32))
+        except (ValueError, RuntimeError) as err:
+            message = f"the TFLite runtime cannot run this model: {_first_line(err)}"
+            raise PolicyFileError(message) from None
 
     @property
     def version(self) -> int:
@@ -87,6 +97,11 @@ class Policy:
     def act(self, observations: np.ndarray) -> np.ndarray:
         """Greedy actions for a batch of observations (shape [batch, *observation_shape])."""
         return self.greedy(self.outputs(observations))
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def squash_to_bounds(unit: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

@@ -33,12 +33,20 @@ _SUBGRAPH_OPERATORS = 3
 _OPERATOR_OPCODE_INDEX = 0
 _OPERATOR_INPUTS = 1
 _OPERATOR_OUTPUTS = 2
+_SUBGRAPH_INPUTS = 1
+_TENSOR_SHAPE = 0
 _TENSOR_TYPE = 1
+_TENSOR_BUFFER = 2
 _TENSOR_QUANTIZATION = 4
+_TENSOR_SPARSITY = 6
 _QUANTIZATION_SCALE = 2
 _QUANTIZATION_ZERO_POINT = 3
 _DEQUANTIZE = 6  # BuiltinOperator
 _QUANTIZED_TYPES = (3, 7, 9)  # TensorType UINT8, INT16, INT8
+# TensorType -> bytes per element, for the types whose stored size follows from the shape.
+_TYPE_SIZES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16, 12: 8,
+               15: 4, 16: 2}  # fmt: skip
+_ZERO_POINT_RANGES = {3: (0, 255), 7: (-32768, 32767), 9: (-128, 127)}
 _METADATA_NAME = 0
 _METADATA_BUFFER = 1
 _BUFFER_DATA = 0
@@ -129,7 +137,23 @@ class PolicyMetadata:
         doc["observation_shape"] = tuple(doc["observation_shape"])
         if doc.get("output") not in OUTPUT_KINDS:
             raise PolicyFileError(f"policy metadata names an unknown output {doc.get('output')!r}")
+        _check_action(doc.get("action"))
         return cls(**doc)
+
+
+def _check_action(action: Any) -> None:
+    """The action spec must say what the device needs to act: n, or low and high."""
+    kind = action.get("kind") if isinstance(action, dict) else None
+    if kind == "discrete":
+        n = action.get("n")
+        if not isinstance(n, int) or n < 1:
+            raise PolicyFileError(f"policy metadata gives a bad number of actions {n!r}")
+    elif kind == "continuous":
+        low, high = action.get("low"), action.get("high")
+        if not isinstance(low, list) or not isinstance(high, list) or len(low) != len(high):
+            raise PolicyFileError("policy metadata gives bad action bounds")
+    else:
+        raise PolicyFileError(f"policy metadata names an unknown action kind {kind!r}")
 
 
 class _Reader:
@@ -275,12 +299,76 @@ def verify_model(model: bytes) -> None:
     root = reader.root()
     verifier.table(root, "Model")
     buffers, n_buffers = reader.vector(root, _MODEL_BUFFERS)
+    sizes = []
     for i in range(n_buffers):
         buffer = reader.table_at(buffers + 4 * i)
+        _, data_len = reader.vector(buffer, _BUFFER_DATA)
         offset = reader.scalar(buffer, _BUFFER_OFFSET, "<Q")
         size = reader.scalar(buffer, _BUFFER_SIZE, "<Q")
         if offset > 1 and offset + size > len(model):
             verifier.fail()
+        sizes.append(data_len or (size if offset > 1 else 0))
+    _, n_codes = reader.vector(root, _MODEL_OPERATOR_CODES)
+    graphs, n_graphs = reader.vector(root, _MODEL_SUBGRAPHS)
+    for g in range(n_graphs):
+        _check_subgraph(reader, reader.table_at(graphs + 4 * g), sizes, n_codes)
+
+
+def _check_subgraph(reader: _Reader, graph: int, buffer_sizes: list[int], n_codes: int) -> None:
+    """The values a corrupt file can hold that crash interpreters rather than fail cleanly:
+    tensor, buffer and operator indices out of range, constant data of the wrong size,
+    impossible quantization parameters."""
+
+    def corrupt(what: str) -> PolicyFileError:
+        return PolicyFileError(f"the .tflite file is corrupt ({what})")
+
+    tensors, n_tensors = reader.vector(graph, _SUBGRAPH_TENSORS)
+    for t in range(n_tensors):
+        tensor = reader.table_at(tensors + 4 * t)
+        kind = reader.scalar(tensor, _TENSOR_TYPE, "<b")
+        shape, rank = reader.vector(tensor, _TENSOR_SHAPE)
+        dims = [reader.element(shape, d, "<i") for d in range(rank)]
+        if any(d < 0 for d in dims):
+            raise corrupt("negative tensor dimension")
+        buffer = reader.scalar(tensor, _TENSOR_BUFFER, "<I")
+        if buffer >= max(len(buffer_sizes), 1):
+            raise corrupt("tensor buffer out of range")
+        stored = buffer_sizes[buffer] if buffer else 0
+        dense = not reader.field_pos(tensor, _TENSOR_SPARSITY)
+        if stored and dense and kind in _TYPE_SIZES:
+            count = 1
+            for d in dims:
+                count *= d
+            if count * _TYPE_SIZES[kind] != stored:
+                raise corrupt("constant tensor data does not match its shape")
+        quantization = reader.subtable(tensor, _TENSOR_QUANTIZATION)
+        if quantization:
+            scales, n_scales = reader.vector(quantization, _QUANTIZATION_SCALE)
+            for i in range(n_scales):
+                scale = reader.element(scales, i, "<f")
+                if not (scale >= 0.0 and scale < float("inf")):
+                    raise corrupt("invalid quantization scale")
+            low, high = _ZERO_POINT_RANGES.get(kind, (-(2**63), 2**63 - 1))
+            zero_points, n_zero_points = reader.vector(quantization, _QUANTIZATION_ZERO_POINT)
+            for i in range(n_zero_points):
+                if not low <= reader.element(zero_points, i, "<q") <= high:
+                    raise corrupt("invalid quantization zero point")
+
+    def check_indices(table: int, index: int, what: str) -> None:
+        start, length = reader.vector(table, index)
+        for i in range(length):
+            if not -1 <= reader.element(start, i, "<i") < n_tensors:
+                raise corrupt(f"{what} tensor index out of range")
+
+    check_indices(graph, _SUBGRAPH_INPUTS, "input")
+    check_indices(graph, _SUBGRAPH_OUTPUTS, "output")
+    operators, n_operators = reader.vector(graph, _SUBGRAPH_OPERATORS)
+    for o in range(n_operators):
+        op = reader.table_at(operators + 4 * o)
+        if reader.scalar(op, _OPERATOR_OPCODE_INDEX, "<I") >= n_codes:
+            raise corrupt("operator code out of range")
+        check_indices(op, _OPERATOR_INPUTS, "operator input")
+        check_indices(op, _OPERATOR_OUTPUTS, "operator output")
 
 
 def read_metadata_entries(model: bytes) -> dict[str, bytes]:

@@ -69,7 +69,8 @@ def cli(verbose: bool) -> None:
 @click.option("--actors", type=int, help="Local actor processes.  [default: 1]")
 @click.option("--actor-precision", type=click.Choice(PRECISIONS),
               help="Precision of the policy actors explore with.  [default: int8]")
-@click.option("--publish-every", type=int, help="Learner updates between broadcasts. [default: 500]")
+@click.option("--publish-every", type=int,
+              help="Learner updates between broadcasts.  [default: 500]")
 @click.option("--seed", type=int, help="Random seed.  [default: 0]")
 @click.option("--out", help="Run directory.  [default: runs/ENV-ALGO-SEED]")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
@@ -122,7 +123,8 @@ def train(resume: bool, config_file: str | None, **flags) -> None:
 @click.option("--int8", "precision", flag_value="int8", help="Full-integer int8 (default).")
 @click.option("--fp16", "precision", flag_value="fp16", help="float16 weights.")
 @click.option("--fp32", "precision", flag_value="fp32", help="float32.")
-@click.option("-o", "--output", type=click.Path(), help="Output file. [default: RUN_DIR/policy-PRECISION.tflite]")
+@click.option("-o", "--output", type=click.Path(),
+              help="Output file.  [default: RUN_DIR/policy-PRECISION.tflite]")
 @click.option("--verify-episodes", type=int, default=5, show_default=True,
               help="Greedy episodes to compare the fp32 and exported policies on.")
 def export(run_dir: str, precision: str | None, output: str | None, verify_episodes: int) -> None:

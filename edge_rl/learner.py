@@ -7,15 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tf_agents.trajectories import time_step as ts  # noqa: E402
+from tf_agents.trajectories import trajectory  # noqa: E402
+from tf_agents.utils import common  # noqa: E402
 
 from edge_rl.agents.base import AgentFactory, BuiltAgent
 from edge_rl.config import TrainConfig
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf
-
-from tf_agents.trajectories import time_step as ts  # noqa: E402
-from tf_agents.trajectories import trajectory  # noqa: E402
-from tf_agents.utils import common  # noqa: E402
 
 
 def to_trajectory(batch: dict[str, np.ndarray]) -> trajectory.Trajectory:

@@ -63,7 +63,8 @@ class Replay:
 
     def _allocate(self, capacity: int) -> dict[str, np.ndarray]:
         data = {
-            name: np.zeros((capacity, *shape), dtype) for name, (shape, dtype) in self._shapes.items()
+            name: np.zeros((capacity, *shape), dtype)
+            for name, (shape, dtype) in self._shapes.items()
         }
         data["actor_key"][:] = -1
         data["successor"][:] = -1

@@ -35,7 +35,7 @@ from edge_rl.device.evaluate import EvalResult, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
-from edge_rl.server import Exchange, Ledger, LearnerService, PendingBatch, RunInfo, start_server
+from edge_rl.server import Exchange, LearnerService, Ledger, PendingBatch, RunInfo, start_server
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class Training:
         from edge_rl.learner import Learner  # imports TensorFlow
         from edge_rl.tf_setup import tf
 
-        tf.random.set_seed(config.seed)
+        tf.keras.utils.set_random_seed(config.seed)  # python, numpy and TF (Keras initializers)
         if config.lockstep:
             tf.config.experimental.enable_op_determinism()
         self.tf = tf
@@ -261,7 +261,8 @@ class Training:
                  folder.name, self.state.env_steps, self.learner.updates, self.state.policy_version)
 
     def elapsed(self) -> float:
-        return self.state.wall_seconds + (time.monotonic() - self.started)
+        """Wall-clock seconds of this run, over all its resumes."""
+        return self.wall_before + (time.monotonic() - self.started)
 
     def log_scalars(self, rates: dict[str, float]) -> None:
         with self.writer.as_default(step=self.state.env_steps):
@@ -278,6 +279,7 @@ class Training:
     def run(self) -> dict[str, Any]:
         config = self.config
         self.started = time.monotonic()
+        self.wall_before = self.state.wall_seconds
         interrupted = False
         run = RunInfo(
             run_id=self.state.run_id,
@@ -301,7 +303,8 @@ class Training:
         next_eval = _next_multiple(self.state.env_steps, config.eval_every)
         next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
         bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
-                   unit="step", dynamic_ncols=True, disable=None, desc=f"{config.algo} {config.env}")
+                   unit="step", dynamic_ncols=True, disable=None,
+                   desc=f"{config.algo} {config.env}")
         last_log = time.monotonic()
         last_counts = (self.state.env_steps, self.learner.updates)
         try:

@@ -9,14 +9,14 @@ import threading
 import grpc
 import numpy as np
 import pytest
+from test_wire import transitions
 
 from edge_rl.device import wire_pb2, wire_pb2_grpc
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, encode_batch
-from edge_rl.server import Exchange, Ledger, LearnerService, RunInfo, start_server
-from test_wire import transitions
+from edge_rl.server import Exchange, LearnerService, Ledger, RunInfo, start_server
 
 
 @pytest.fixture

@@ -37,8 +37,8 @@ def test_wheel_installs_and_runs_with_the_base_install_only(tmp_path):
         "import importlib.util, google.protobuf, edge_rl, edge_rl.device\n"
         "from edge_rl.device import wire_pb2, wire_pb2_grpc, actor, evaluate, runtime\n"
         "assert importlib.util.find_spec('tensorflow') is None\n"
-        "assert edge_rl.device.__file__.startswith(%r)\n"
-        "print(google.protobuf.__version__, runtime.load_runtime())\n" % str(env_dir)
+        f"assert edge_rl.device.__file__.startswith({str(env_dir)!r})\n"
+        "print(google.protobuf.__version__, runtime.load_runtime())\n"
     )
     out = run([str(python), "-c", code], away)
     protobuf_major = int(out.split(".")[0])

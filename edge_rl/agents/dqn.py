@@ -1,17 +1,17 @@
-"""DQN (TF-Agents DqnAgent, double-Q targets) for Discrete actions; epsilon-greedy actors."""
+"""DQN (TF-Agents DdqnAgent: double-Q targets, dueling network) for Discrete actions;
+epsilon-greedy actors."""
 
 from __future__ import annotations
-
-from edge_rl.agents.base import BuiltAgent
-from edge_rl.agents.networks import export_model, q_network
-from edge_rl.config import TrainConfig
-from edge_rl.device.exploration import ExplorationSettings
-from edge_rl.tf_setup import tf
 
 from tf_agents.agents.dqn import dqn_agent  # noqa: E402
 from tf_agents.utils import common  # noqa: E402
 
+from edge_rl.agents.base import BuiltAgent
+from edge_rl.agents.networks import DuelingQNetwork, export_model
 from edge_rl.agents.specs import tf_specs  # noqa: E402
+from edge_rl.config import TrainConfig
+from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.tf_setup import tf
 
 
 class DQN:
@@ -35,7 +35,7 @@ class DQN:
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)
-        net = q_network(time_step_spec.observation, action["n"], config.hidden)
+        net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden)
         optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
         agent = dqn_agent.DdqnAgent(
             time_step_spec,
@@ -48,14 +48,10 @@ class DQN:
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
         )
         agent.initialize()
-        # Centered Q-values keep argmax exact under int8 output rounding: the quantizer's
-        # range then spans the gaps between actions, not the (large) common offset.
-        centered = export_model(
-            observation_shape,
-            net.layers,
-            lambda q: q - tf.reduce_mean(q, axis=-1, keepdims=True),
-        )
-        return BuiltAgent(agent, centered, "q_values", {"optimizer": optimizer}, net)
+        # Actors get the centered advantages A - mean(A): same argmax as Q, but on the scale
+        # of the gaps between actions, which int8 can resolve (see DuelingQNetwork).
+        advantages = export_model(observation_shape, net.greedy_layers)
+        return BuiltAgent(agent, advantages, "q_values", {"optimizer": optimizer}, net)
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         options = config.algo_options

@@ -7,12 +7,12 @@ layer objects (and so the same weights) as the network being trained.
 
 from __future__ import annotations
 
-from edge_rl.tf_setup import tf
-
+import tensorflow_probability as tfp  # noqa: E402
+from tf_agents.distributions import utils as distribution_utils  # noqa: E402
 from tf_agents.networks import network, sequential  # noqa: E402
 from tf_agents.specs import distribution_spec, tensor_spec  # noqa: E402
-from tf_agents.distributions import utils as distribution_utils  # noqa: E402
-import tensorflow_probability as tfp  # noqa: E402
+
+from edge_rl.tf_setup import tf
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the same clip edge_rl.device.exploration applies
 
@@ -24,10 +24,44 @@ def dense_stack(hidden: tuple[int, ...], name: str) -> list:
     ]
 
 
-def q_network(observation_spec, num_actions: int, hidden: tuple[int, ...]):
-    """Q(s, .) for DQN: hidden ReLU layers, then one linear output per action."""
-    layers = dense_stack(hidden, "q") + [tf.keras.layers.Dense(num_actions, name="q_values")]
-    return sequential.Sequential(layers, input_spec=observation_spec, name="QNetwork")
+class DuelingQNetwork(network.Network):
+    """Q(s, a) = V(s) + A(s, a) - mean_a A(s, a) for DQN (Wang et al., 2016).
+
+    Why dueling here: a trained CartPole Q-network outputs values near 1/(1 - gamma) whose
+    differences between actions are a fraction of a percent of their size, below what int8
+    weights and activations resolve. Actors only need argmax_a Q = argmax_a A, so the
+    exported network is the trunk plus the advantage stream, whose scale is the gaps' own.
+    """
+
+    def __init__(self, observation_spec, num_actions: int, hidden: tuple[int, ...],
+                 name: str = "DuelingQNetwork"):
+        super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
+        self.trunk = dense_stack(hidden[:-1], "q_trunk")
+        self.value_layers = dense_stack(hidden[-1:], "q_value") + [
+            tf.keras.layers.Dense(1, name="q_value_out")
+        ]
+        self.advantage_layers = dense_stack(hidden[-1:], "q_advantage") + [
+            tf.keras.layers.Dense(num_actions, name="q_advantage_out"),
+            tf.keras.layers.Lambda(
+                lambda a: a - tf.reduce_mean(a, axis=-1, keepdims=True), name="centered"
+            ),
+        ]
+
+    def call(self, observations, step_type=None, network_state=(), training=False):
+        features = observations
+        for layer in self.trunk:
+            features = layer(features, training=training)
+        value, advantage = features, features
+        for layer in self.value_layers:
+            value = layer(value, training=training)
+        for layer in self.advantage_layers:
+            advantage = layer(advantage, training=training)
+        return value + advantage, network_state
+
+    @property
+    def greedy_layers(self) -> list:
+        """The layers whose output has the same argmax as Q: trunk, then advantage stream."""
+        return [*self.trunk, *self.advantage_layers]
 
 
 def deterministic_actor(observation_spec, action_spec, hidden: tuple[int, ...]):
@@ -60,7 +94,8 @@ def critic(observation_spec, action_spec, hidden: tuple[int, ...], name: str):
 class SquashedGaussianActor(network.DistributionNetwork):
     """pi(.|s) for SAC: tanh(N(mean, std)) scaled to the bounds, mean and log-std from one head."""
 
-    def __init__(self, observation_spec, action_spec, hidden: tuple[int, ...]):
+    def __init__(self, observation_spec, action_spec, hidden: tuple[int, ...],
+                 name: str = "SquashedGaussianActor"):
         dim = action_spec.shape.num_elements()
         param_spec = {
             "loc": tensor_spec.TensorSpec(action_spec.shape, tf.float32, name="loc"),
@@ -77,7 +112,7 @@ class SquashedGaussianActor(network.DistributionNetwork):
             output_spec=distribution_spec.DistributionSpec(
                 build, param_spec, sample_spec=action_spec
             ),
-            name="SquashedGaussianActor",
+            name=name,
         )
         self.hidden_layers = dense_stack(hidden, "actor")
         self.head = tf.keras.layers.Dense(2 * dim, name="mean_log_std")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from tf_agents.agents.sac import sac_agent  # noqa: E402
+
 from edge_rl.agents.base import BuiltAgent
 from edge_rl.agents.networks import SquashedGaussianActor, critic, export_model
 from edge_rl.agents.specs import tf_specs
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.tf_setup import tf
-
-from tf_agents.agents.sac import sac_agent  # noqa: E402
 
 
 class SAC:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-
-from edge_rl.tf_setup import tf
-
 from tf_agents.specs import tensor_spec  # noqa: E402
 from tf_agents.trajectories import time_step as ts  # noqa: E402
+
+from edge_rl.tf_setup import tf
 
 
 def tf_specs(observation_shape: tuple[int, ...], action: dict):

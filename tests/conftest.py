@@ -1,0 +1,38 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+EDGE_RL = str(Path(sys.executable).parent / "edge-rl")
+
+
+def edge_rl(*args, cwd=None, timeout=900):
+    """Run the installed `edge-rl` command in a real process."""
+    return subprocess.run([EDGE_RL, *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def cartpole_policy(tmp_path_factory) -> Path:
+    """A small untrained int8 CartPole policy file, made by the converter."""
+    from edge_rl.converters import convert
+    from edge_rl.device.policy_file import PolicyMetadata
+    from edge_rl.tf_setup import tf
+
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([
+        tf.keras.Input((4,)),
+        tf.keras.layers.Dense(16, activation="relu"),
+        tf.keras.layers.Dense(2),
+    ])
+    meta = PolicyMetadata(env_id="CartPole-v1", algo="dqn", precision="int8", output="q_values",
+                          observation_shape=(4,), action={"kind": "discrete", "n": 2})
+    calibration = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
+    path = tmp_path_factory.mktemp("policy") / "cartpole.tflite"
+    path.write_bytes(convert(model, "int8", calibration, meta))
+    return path

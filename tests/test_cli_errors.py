@@ -1,0 +1,68 @@
+"""User mistakes: one line on stderr, exit code 2, no traceback."""
+
+import pytest
+from conftest import edge_rl
+
+
+def check_one_line_error(result, fragment):
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("edge-rl: error:")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["train", "--env", "NoSuchEnv-v0"], "cannot make env 'NoSuchEnv-v0'"),
+        (["train", "--env", "no_such_package.envs:Thing-v0"], "cannot make env"),
+        (["train", "--algo", "td3"], "td3 cannot drive CartPole-v1"),
+        (["train", "--algo", "dqn", "--env", "Pendulum-v1"], "dqn cannot drive Pendulum-v1"),
+        (["train", "--algo", "ppo"], "unknown algorithm 'ppo'"),
+        (["train", "--steps", "0"], "--steps must be positive"),
+        (["train", "--lockstep", "--actors", "2"], "--lockstep runs exactly one actor"),
+        (["train", "--resume"], "--resume needs --out"),
+        (["train", "--config", "/nonexistent/config.json"], "no config file"),
+        (["train", "--no-such-flag"], "No such option"),
+        (["export", "/nonexistent/run", "--int8"], "no run directory"),
+        (["eval", "/nonexistent/policy.tflite"], "no policy file"),
+    ],
+)
+def test_bad_requests(args, fragment, tmp_path):
+    check_one_line_error(edge_rl(*args, cwd=tmp_path), fragment)
+
+
+def test_export_of_a_run_without_an_evaluated_policy(tmp_path):
+    (tmp_path / "run").mkdir()
+    check_one_line_error(edge_rl("export", tmp_path / "run", "--int8"), "no evaluated policy")
+
+
+def test_corrupt_and_truncated_policy_files(cartpole_policy, tmp_path):
+    data = cartpole_policy.read_bytes()
+    cases = {
+        "random.tflite": bytes(range(256)) * 20,
+        "truncated.tflite": data[: len(data) // 2],
+        "empty.tflite": b"",
+    }
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        result = edge_rl("eval", path, "--episodes", "1")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (name, result.stderr)
+        assert result.stderr.strip().splitlines()[-1].startswith("edge-rl: error:"), name
+
+
+def test_policy_for_a_different_env(cartpole_policy):
+    result = edge_rl("eval", cartpole_policy, "--env", "Pendulum-v1", "--episodes", "1")
+    check_one_line_error(result, "made for CartPole-v1")
+
+
+def test_eval_runs_a_policy_and_names_its_runtime(cartpole_policy):
+    result = edge_rl("eval", cartpole_policy, "--episodes", "2")
+    assert result.returncode == 0, result.stderr
+    assert "runtime: ai_edge_litert" in result.stdout
+    assert "over 2 episodes" in result.stdout
+    result = edge_rl("eval", cartpole_policy, "--episodes", "2", "--runtime", "tflite_runtime")
+    assert result.returncode == 0, result.stderr
+    assert "runtime: tflite_runtime" in result.stdout

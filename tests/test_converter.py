@@ -1,0 +1,305 @@
+"""Keras -> TFLite policy files: precisions, metadata, accuracy, runtimes, corrupt files."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from edge_rl.converters import (
+    attach_metadata,
+    bias_dtypes,
+    compare_policies,
+    convert,
+    verification_report,
+    weight_dtypes,
+)
+from edge_rl.device import Policy, PolicyFileError, PolicyMetadata
+from edge_rl.device.errors import UserError
+from edge_rl.device.policy_file import METADATA_NAME, read_metadata_entries, read_policy_metadata
+from edge_rl.device.runtime import load_runtime
+from edge_rl.tf_setup import tf
+
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def recorded_observations(env_id: str, n: int, seed: int) -> np.ndarray:
+    """Observations of `n` env steps under a uniform random policy."""
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    rows = []
+    while len(rows) < n:
+        rows.append(obs)
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    env.close()
+    return np.asarray(rows, np.float32)
+
+
+def dense(units, seed, activation=None):
+    return tf.keras.layers.Dense(
+        units,
+        activation=activation,
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed),
+        bias_initializer=tf.keras.initializers.RandomUniform(-0.1, 0.1, seed=seed + 100),
+    )
+
+
+def cartpole_network():
+    """4 -> 32 -> 32 -> 2 Q-network whose output is centered (Q - mean Q), as DQN exports it."""
+    tf.keras.utils.set_random_seed(0)
+    inputs = tf.keras.Input((4,))
+    x = dense(32, 1, "relu")(inputs)
+    x = dense(32, 2, "relu")(x)
+    q = dense(2, 3)(x)
+    centered = tf.keras.layers.Lambda(lambda q: q - tf.reduce_mean(q, axis=-1, keepdims=True))(q)
+    return tf.keras.Model(inputs, centered)
+
+
+def pendulum_network():
+    """3 -> 32 -> 32 -> 1 deterministic actor: tanh scaled to the bounds [-2, 2]."""
+    tf.keras.utils.set_random_seed(0)
+    inputs = tf.keras.Input((3,))
+    x = dense(32, 11, "relu")(inputs)
+    x = dense(32, 12, "relu")(x)
+    unit = dense(1, 13, "tanh")(x)
+    return tf.keras.Model(inputs, tf.keras.layers.Lambda(lambda a: 2.0 * a)(unit))
+
+
+def cartpole_metadata(precision):
+    return PolicyMetadata(
+        env_id="CartPole-v1",
+        algo="dqn",
+        precision=precision,
+        output="q_values",
+        observation_shape=(4,),
+        action={"kind": "discrete", "n": 2},
+        policy_version=7,
+        train_step=12_345,
+        extra={"hidden": [32, 32], "note": "test"},
+    )
+
+
+def pendulum_metadata(precision):
+    return PolicyMetadata(
+        env_id="Pendulum-v1",
+        algo="td3",
+        precision=precision,
+        output="action",
+        observation_shape=(3,),
+        action={"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]},
+        policy_version=3,
+        train_step=999,
+    )
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    """The network, observations (calibration, test) and its policy file at each precision."""
+    model = cartpole_network()
+    calibration = recorded_observations("CartPole-v1", 1000, seed=1)
+    test = recorded_observations("CartPole-v1", 2000, seed=2)
+    files = {p: convert(model, p, calibration, cartpole_metadata(p)) for p in PRECISIONS}
+    return model, calibration, test, files
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    model = pendulum_network()
+    calibration = recorded_observations("Pendulum-v1", 1000, seed=1)
+    test = recorded_observations("Pendulum-v1", 2000, seed=2)
+    files = {p: convert(model, p, calibration, pendulum_metadata(p)) for p in PRECISIONS}
+    return model, calibration, test, files
+
+
+@pytest.fixture(scope="module")
+def litert():
+    pytest.importorskip("ai_edge_litert.interpreter")
+    return load_runtime("ai_edge_litert")
+
+
+# -- precisions --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("net", ["cartpole", "pendulum"])
+def test_int8_export_stores_int8_weights_and_int32_biases(net, request):
+    files = request.getfixturevalue(net)[3]
+    assert weight_dtypes(files["int8"]) == {"int8"}
+    assert bias_dtypes(files["int8"]) == {"int32"}
+    assert len(files["int8"]) < len(files["fp16"]) < len(files["fp32"])
+
+
+@pytest.mark.parametrize("net", ["cartpole", "pendulum"])
+def test_fp16_and_fp32_exports_store_float16_and_float32_weights(net, request):
+    files = request.getfixturevalue(net)[3]
+    assert weight_dtypes(files["fp16"]) == {"float16"}
+    assert weight_dtypes(files["fp32"]) == {"float32"}
+    assert bias_dtypes(files["fp32"]) == {"float32"}
+
+
+@pytest.mark.parametrize("net", ["cartpole", "pendulum"])
+def test_fp32_export_matches_keras(net, request, litert):
+    model, _, test, files = request.getfixturevalue(net)
+    policy = Policy(files["fp32"], runtime=litert)
+    expected = model(test[:64], training=False).numpy()
+    np.testing.assert_allclose(policy.outputs(test[:64]), expected, atol=1e-5, rtol=0)
+    assert policy.output_quantization == (0.0, 0)
+
+
+def test_unknown_precision_and_int8_without_calibration_are_refused(cartpole):
+    model = cartpole[0]
+    with pytest.raises(ValueError, match="unknown precision"):
+        convert(model, "int4", None, cartpole_metadata("int4"))
+    with pytest.raises(ValueError, match="calibration"):
+        convert(model, "int8", None, cartpole_metadata("int8"))
+    with pytest.raises(ValueError, match="precision"):
+        convert(model, "fp16", None, cartpole_metadata("fp32"))
+    with pytest.raises(ValueError, match="shape"):
+        convert(model, "int8", np.zeros((10, 3), np.float32), cartpole_metadata("int8"))
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_metadata_round_trips(precision, cartpole, pendulum, litert):
+    nets = ((cartpole[3], cartpole_metadata), (pendulum[3], pendulum_metadata))
+    for files, make_metadata in nets:
+        expected = make_metadata(precision)
+        meta = read_policy_metadata(files[precision])
+        assert meta == expected
+        for name in expected.__dataclass_fields__:  # field by field, for a readable failure
+            assert getattr(meta, name) == getattr(expected, name), name
+        assert Policy(files[precision], runtime=litert).metadata == expected
+        assert "min_runtime_version" in read_metadata_entries(files[precision])
+
+
+def test_attach_metadata_keeps_other_entries_and_replaces_its_own(cartpole, litert):
+    flat = cartpole[3]["int8"]
+    runtime_version = read_metadata_entries(flat)["min_runtime_version"]
+    newer = PolicyMetadata(**{**cartpole_metadata("int8").__dict__, "policy_version": 8})
+    again = attach_metadata(flat, newer)
+    entries = read_metadata_entries(again)
+    assert entries["min_runtime_version"] == runtime_version
+    assert entries[METADATA_NAME] == newer.to_json()
+    assert read_policy_metadata(again) == newer
+    names = [name for name in _metadata_names(again) if name == METADATA_NAME]
+    assert names == [METADATA_NAME]
+    policy = Policy(again, runtime=litert)
+    assert policy.version == 8
+    test = cartpole[2][:64]
+    np.testing.assert_array_equal(policy.outputs(test), Policy(flat, runtime=litert).outputs(test))
+
+
+def _metadata_names(flat):
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(flat))
+    return [m.name.decode() for m in model.metadata]
+
+
+# -- int8 accuracy and batches -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("net", ["cartpole", "pendulum"])
+def test_int8_policy_runs_batches(net, request, litert):
+    _, _, test, files = request.getfixturevalue(net)
+    policy = Policy(files["int8"], runtime=litert)
+    batch = policy.outputs(test[:64])
+    one_by_one = np.concatenate([policy.outputs(row[None]) for row in test[:64]])
+    np.testing.assert_array_equal(batch, one_by_one)
+    actions = policy.act(test[:64])
+    assert actions.shape[0] == 64
+    if policy.metadata.discrete:
+        assert set(np.unique(actions)) <= {0, 1}
+    else:
+        assert actions.shape == (64, 1) and np.all(np.abs(actions) <= 2.0)
+
+
+def test_int8_continuous_actions_stay_within_a_few_output_steps(pendulum, litert):
+    _, _, test, files = pendulum
+    reference = Policy(files["fp32"], runtime=litert)
+    candidate = Policy(files["int8"], runtime=litert)
+    numbers = compare_policies(reference, candidate, test)
+    step = numbers["output_step"]
+    assert 0.0 < step < 0.05  # about 4 / 255: the output spans [-2, 2]
+    assert step == pytest.approx(candidate.output_quantization[0])
+    # Typical errors are about one output step; rounding in the hidden layers adds up to a few
+    # more on the worst of 2000 observations (5.9 steps with these seeds).
+    assert numbers["mean_action_error"] <= 2 * step + 1e-3, numbers
+    assert numbers["max_action_error"] <= 8 * step + 1e-3, numbers
+    report = verification_report(numbers, candidate, reference)
+    assert "KiB" in report and "action error" in report
+
+
+def test_int8_discrete_greedy_actions_agree_with_fp32(cartpole, litert):
+    _, _, test, files = cartpole
+    reference = Policy(files["fp32"], runtime=litert)
+    candidate = Policy(files["int8"], runtime=litert)
+    numbers = compare_policies(reference, candidate, test)
+    assert numbers["n"] == len(test)
+    assert numbers["agreement"] >= 0.95, numbers
+    assert candidate.output_quantization[0] > 0.0
+    assert "agree" in verification_report(numbers, candidate, reference)
+
+
+def test_litert_and_tflite_runtime_pick_the_same_actions(cartpole, litert):
+    pytest.importorskip("tflite_runtime.interpreter")
+    _, _, test, files = cartpole
+    a = Policy(files["int8"], runtime=litert)
+    b = Policy(files["int8"], runtime=load_runtime("tflite_runtime"))
+    assert compare_policies(a, b, test)["agreement"] >= 0.99
+
+
+# -- corrupt files -----------------------------------------------------------------------------
+
+
+def _runtimes():
+    names = []
+    for name in ("ai_edge_litert", "tflite_runtime"):
+        try:
+            load_runtime(name)
+            names.append(name)
+        except UserError:
+            pass
+    return names
+
+
+def _assert_policy_file_error(data, runtime):
+    with pytest.raises(PolicyFileError) as caught:
+        Policy(data, runtime=runtime)
+    assert isinstance(caught.value, UserError)
+    message = str(caught.value)
+    assert message and "\n" not in message
+
+
+@pytest.mark.parametrize("runtime_name", _runtimes())
+@pytest.mark.parametrize("damage", ["half", "random", "no_metadata", "empty", "every_length"])
+def test_damaged_files_raise_policy_file_error(damage, runtime_name, cartpole):
+    runtime = load_runtime(runtime_name)
+    flat = cartpole[3]["int8"]
+    if damage == "every_length":
+        # tflite-runtime 2.14 does not verify models: a truncated file must never reach it
+        for length in range(0, len(flat), 3):
+            _assert_policy_file_error(flat[:length], runtime)
+        return
+    data = {
+        "half": flat[: len(flat) // 2],
+        "random": np.random.default_rng(0).integers(0, 256, len(flat), np.uint8).tobytes(),
+        "no_metadata": _strip_edge_rl_metadata(flat),
+        "empty": b"",
+    }[damage]
+    _assert_policy_file_error(data, runtime)
+
+
+def test_a_tflite_file_without_edge_rl_metadata_says_so(cartpole, litert):
+    with pytest.raises(PolicyFileError, match="no edge-rl policy metadata"):
+        Policy(_strip_edge_rl_metadata(cartpole[3]["fp32"]), runtime=litert)
+
+
+def _strip_edge_rl_metadata(flat):
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(flat))
+    model.metadata = [m for m in model.metadata if m.name.decode() != METADATA_NAME]
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))

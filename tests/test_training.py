@@ -1,0 +1,124 @@
+"""End to end: real learner, real actor processes, real gRPC on loopback, real LiteRT.
+
+Small networks and budgets keep this file to a few minutes on 2 cores. Thresholds sit well
+below what the fixed seeds reach (DQN lockstep is reproducible: it reaches 381 at 10k steps).
+"""
+
+import json
+
+import pytest
+from conftest import edge_rl
+
+from edge_rl.converters import weight_dtypes
+from edge_rl.device import load_policy
+
+pytestmark = pytest.mark.slow
+
+
+def train(out, *args):
+    result = edge_rl("train", "--out", out, *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dqn_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dqn") / "run"
+    summary = train(out, "--lockstep", "--steps", "12000", "--eval-every", "2000",
+                    "--target-return", "300", "--seed", "0")
+    return out, summary
+
+
+def test_dqn_lockstep_int8_actors_learn_cartpole(dqn_run):
+    out, summary = dqn_run
+    assert summary["algo"] == "dqn" and summary["env"] == "CartPole-v1"
+    assert summary["precision"] == "int8"
+    assert summary["best_return"]["mean"] >= 195
+    assert summary["best_return"]["episodes"] == 20
+    assert summary["policies_published"] >= 3
+    for name in ("config.json", "policy.tflite", "summary.json", "checkpoints/latest"):
+        assert (out / name).exists(), name
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    policy = load_policy(out / "policy.tflite")
+    assert policy.metadata.precision == "int8" and policy.metadata.env_id == "CartPole-v1"
+    assert policy.metadata.policy_version == summary["best_return"]["policy_version"]
+    assert "int8" in weight_dtypes(policy.model)
+    assert "float32" not in weight_dtypes(policy.model)
+
+
+def test_eval_of_the_exported_policy_confirms_the_return(dqn_run):
+    out, summary = dqn_run
+    result = edge_rl("eval", out / "policy.tflite", "--episodes", "20")
+    assert result.returncode == 0, result.stderr
+    mean = float(result.stdout.split("return: ")[1].split()[0])
+    assert mean == pytest.approx(summary["best_return"]["mean"], abs=1e-6)
+
+
+def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_path):
+    out, _ = dqn_run
+    result = edge_rl("export", out, "--int8", "-o", tmp_path / "p8.tflite",
+                     "--verify-episodes", "3")
+    assert result.returncode == 0, result.stderr
+    agreement = float(result.stdout.split("observations: ")[1].split("%")[0])
+    assert agreement >= 99.0, result.stdout
+    assert "greedy return (int8)" in result.stdout
+    assert "int8" in weight_dtypes((tmp_path / "p8.tflite").read_bytes())
+
+    result = edge_rl("export", out, "--fp16", "-o", tmp_path / "p16.tflite",
+                     "--verify-episodes", "0")
+    assert result.returncode == 0, result.stderr
+    model = (tmp_path / "p16.tflite").read_bytes()
+    assert "float16" in weight_dtypes(model)
+    assert load_policy(tmp_path / "p16.tflite").metadata.precision == "fp16"
+
+
+def test_lockstep_runs_are_reproducible(tmp_path):
+    args = ("--lockstep", "--steps", "2500", "--eval-every", "2000", "--seed", "3",
+            "--eval-episodes", "5")
+    first = train(tmp_path / "a", *args)
+    second = train(tmp_path / "b", *args)
+    assert first["final_return"]["mean"] == second["final_return"]["mean"]
+    assert first["updates"] == second["updates"]
+    policies = [(tmp_path / run / "policy.tflite").read_bytes() for run in "ab"]
+    assert policies[0] == policies[1]
+
+
+def test_resume_restores_steps_weights_and_policy_version(tmp_path):
+    from edge_rl.config import TrainConfig
+    from edge_rl.train import Training
+
+    out = tmp_path / "run"
+    first = train(out, "--lockstep", "--steps", "3000", "--eval-every", "5000",
+                  "--eval-episodes", "5", "--seed", "1")
+    config = TrainConfig.load(out / "config.json").replace(steps=4500)
+    resumed = Training(config, resume=True)
+    assert resumed.state.env_steps == first["steps"]
+    assert resumed.learner.updates == first["updates"]
+    assert resumed.state.policy_version == first["policies_published"]
+    # the same weights give the same quantized policy, hence the same greedy return
+    resumed.started = resumed.wall_before = 0.0
+    result = resumed.evaluate_now()
+    assert result.mean == first["final_return"]["mean"]
+    assert resumed.state.policy_version == first["policies_published"] + 1
+
+    result = edge_rl("train", "--resume", "--out", out, "--steps", "4500")
+    assert result.returncode == 0, result.stderr[-4000:]
+    second = json.loads((out / "summary.json").read_text())
+    assert second["steps"] >= 4500
+    assert second["updates"] > first["updates"]
+    assert second["final_return"]["policy_version"] > first["final_return"]["policy_version"]
+    assert second["wall_clock_seconds"] > first["wall_clock_seconds"]
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_continuous_control_beats_minus_400_on_pendulum(algo, tmp_path):
+    summary = train(
+        tmp_path / algo, "--algo", algo, "--env", "Pendulum-v1", "--steps", "15000",
+        "--hidden", "64,64", "--batch-size", "128", "--warmup-steps", "1000",
+        "--learning-rate", "0.001", "--eval-every", "2500", "--eval-episodes", "10",
+        "--publish-every", "1000", "--target-return", "-250", "--seed", "0",
+    )
+    assert summary["best_return"]["mean"] > -400
+    policy = load_policy(tmp_path / algo / "policy.tflite")
+    assert policy.metadata.output == ("action" if algo == "td3" else "mean_log_std")
+    assert "int8" in weight_dtypes(policy.model)
