@@ -3,3 +3,7 @@
 
 class UserError(Exception):
     """A mistake in what the user asked for: reported as one line, exit code 2."""
+
+
+class PolicyFileError(UserError):
+    """The file is not a readable edge-rl policy."""
