@@ -19,16 +19,12 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-# Legacy Keras must be chosen before TensorFlow's first import (see edge_rl.tf_setup).
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+from tensorflow.lite.python import schema_py_generated as schema
+from tensorflow.lite.tools import flatbuffer_utils
 
-import numpy as np  # noqa: E402
-from tensorflow.lite.python import schema_py_generated as schema  # noqa: E402
-from tensorflow.lite.tools import flatbuffer_utils  # noqa: E402
-
-from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata  # noqa: E402
-from edge_rl.tf_setup import tf  # noqa: E402
+from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
+from edge_rl.tf_setup import tf
 
 PRECISIONS = ("fp32", "fp16", "int8")
 

@@ -20,7 +20,10 @@ def compare_policies(
 ) -> dict[str, Any]:
     """Greedy actions of `candidate` against `reference` on a batch of observations.
 
-    Discrete policies: {"agreement": fraction of rows whose greedy actions match, "n": rows}.
+    Discrete policies: {"agreement": fraction of rows whose greedy actions match, "n": rows,
+    "decisive_agreement": the same on the rows where the reference's best action leads the
+    runner-up by more than two of the candidate's output steps, "decisive_n": those rows}.
+    Near-ties are where int8 rounding flips actions, and where the choice matters least.
     Continuous: {"max_action_error", "mean_action_error": absolute differences of the greedy
     actions, "output_step": the candidate's output quantization step in action units (0.0 when
     its output is not quantized), "n": rows}. For "mean_log_std" outputs the step is an upper
@@ -31,11 +34,20 @@ def compare_policies(
     obs = np.asarray(observations, dtype=np.float32)
     if obs.ndim < 2 or not len(obs):
         raise ValueError(f"expected a batch of observations, got an array of shape {obs.shape}")
-    expected = reference.act(obs)
+    reference_outputs = reference.outputs(obs)
+    expected = reference.greedy(reference_outputs)
     actual = candidate.act(obs)
     n = int(len(obs))
     if reference.metadata.discrete:
-        return {"agreement": float(np.mean(expected == actual)), "n": n}
+        top_two = np.sort(reference_outputs, axis=-1)[:, -2:]
+        decisive = (top_two[:, 1] - top_two[:, 0]) > 2 * candidate.output_quantization[0]
+        matches = expected == actual
+        return {
+            "agreement": float(np.mean(matches)),
+            "n": n,
+            "decisive_agreement": float(np.mean(matches[decisive])) if decisive.any() else 1.0,
+            "decisive_n": int(decisive.sum()),
+        }
     error = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
     scale, _ = candidate.output_quantization
     if candidate.metadata.output == "mean_log_std":
@@ -62,7 +74,13 @@ def verification_report(
         )
     n = comparison.get("n", 0)
     if "agreement" in comparison:
-        lines.append(f"greedy actions agree on {comparison['agreement']:.1%} of {n} observations")
+        lines.append(f"greedy actions agree on {comparison['agreement']:.2%} of {n} observations")
+        if "decisive_agreement" in comparison:
+            lines.append(
+                f"  and on {comparison['decisive_agreement']:.2%} of the "
+                f"{comparison['decisive_n']} where the reference's best action leads by more "
+                "than two output steps"
+            )
     else:
         line = (
             f"action error on {n} observations: max {comparison['max_action_error']:.4g}, "

@@ -8,9 +8,17 @@ Importing edge_rl does not import TensorFlow: the learner imports it when it sta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
 
-from edge_rl.config import TrainConfig
+# TFMOT and tf.keras must see the same Keras classes: legacy Keras (tf-keras 2.15), chosen
+# before TensorFlow's first import. Every learner module is under this package, so setting it
+# here, before any of them (or TF-Agents) can import TensorFlow, is the one place that holds.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from edge_rl.config import TrainConfig  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["TrainConfig", "train", "__version__"]

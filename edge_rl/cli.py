@@ -85,7 +85,7 @@ def cli(verbose: bool) -> None:
 @click.option("--updates-per-step", type=float, help="Learner updates per env step inserted.")
 @click.option("--warmup-steps", type=int, help="Env steps before the first update.")
 @click.option("--replay-capacity", type=int)
-@click.option("--nstep", type=int, help="n-step returns.  [default: 1]")
+@click.option("--nstep", type=int, help="n-step returns.  [default: 3 for dqn, else 1]")
 @click.option("--gamma", type=float, help="Discount.  [default: 0.99]")
 @click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]")
 @click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]")

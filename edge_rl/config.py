@@ -44,7 +44,7 @@ class TrainConfig:
     updates_per_step: float | None = None  # learner updates per inserted env step
     warmup_steps: int | None = None  # transitions in replay before the first update
     replay_capacity: int = 1_000_000
-    nstep: int = 1
+    nstep: int | None = None  # n-step returns
     max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
 
     # broadcasts, evaluation, checkpoints

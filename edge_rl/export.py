@@ -33,7 +33,7 @@ def export_run(
     config = resolve_defaults(factory, config)
     observation_shape, action = describe_env(config.env)
 
-    from edge_rl.converters import compare_policies, convert
+    from edge_rl.converters import compare_policies, convert, verification_report
     from edge_rl.learner import Learner
 
     learner = Learner(factory, config, observation_shape, action)
@@ -56,18 +56,8 @@ def export_run(
 
     reference = Policy(build("fp32")) if precision != "fp32" else Policy(model)
     candidate = Policy(model)
-    lines = [f"wrote {path} ({len(model):,} bytes, {precision})"]
     comparison = compare_policies(reference, candidate, holdout)
-    if candidate.metadata.discrete:
-        lines.append(
-            f"greedy-action agreement with fp32 on {comparison['n']} held-out observations: "
-            f"{100 * comparison['agreement']:.2f}%"
-        )
-    else:
-        lines.append(
-            f"action error vs fp32 on {len(holdout)} held-out observations: "
-            f"max {comparison['max_action_error']:.4g}, mean {comparison['mean_action_error']:.4g}"
-        )
+    lines = [f"wrote {path}", verification_report(comparison, candidate, reference)]
     if verify_episodes > 0:
         for name, policy in (("fp32", reference), (precision, candidate)):
             result = evaluate(policy, config.env, episodes=verify_episodes)

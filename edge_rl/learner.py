@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tf_agents.trajectories import time_step as ts  # noqa: E402
-from tf_agents.trajectories import trajectory  # noqa: E402
-from tf_agents.utils import common  # noqa: E402
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+from tf_agents.utils import common
 
 from edge_rl.agents.base import AgentFactory, BuiltAgent
 from edge_rl.config import TrainConfig

@@ -1,18 +1,24 @@
-"""Import TensorFlow the one way this project supports: legacy Keras (tf-keras 2.15).
+"""TensorFlow as the learner side uses it: legacy Keras (tf-keras 2.15), quiet logs.
 
-TFMOT and tf.keras must see the same Keras classes, which needs TF_USE_LEGACY_KERAS=1 set
-before TensorFlow is first imported. Every learner-side module gets TensorFlow from here.
+The environment variables that select legacy Keras are set in `edge_rl/__init__.py`, which
+Python runs before any module of this package, and so before TensorFlow's first import.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 tf.get_logger().setLevel("ERROR")
+
+# TF-Agents imports the old `gym`, which prints an "unmaintained" notice on import; edge-rl
+# uses gymnasium and never steps a gym env, so the notice is only noise.
+with contextlib.redirect_stderr(io.StringIO()):
+    try:
+        import gym  # noqa: F401
+    except ImportError:
+        pass
 
 __all__ = ["tf"]

@@ -299,6 +299,9 @@ class Training:
         )
         self.publish()
         actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs")
+        # Ctrl-C and SIGTERM end the run cleanly, also when started from a script that set
+        # SIGINT to "ignore" (as shells do for background jobs).
+        previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
         previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         next_eval = _next_multiple(self.state.env_steps, config.eval_every)
         next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
@@ -352,6 +355,7 @@ class Training:
             log.warning("interrupted: stopping actors and writing a final checkpoint")
         finally:
             signal.signal(signal.SIGTERM, previous_sigterm)
+            signal.signal(signal.SIGINT, previous_sigint)
             bar.close()
             self.exchange.stopping.set()
             actors.stop()

@@ -25,4 +25,6 @@ def get_algorithm(name: str):
     """The AgentFactory for `name`; a one-line error for unknown names."""
     if name not in algorithm_names():
         raise UserError(f"unknown algorithm {name!r}; choose one of {', '.join(algorithm_names())}")
+    import edge_rl.tf_setup  # noqa: F401  (TensorFlow first, configured)
+
     return importlib.import_module(f"{__name__}.{name}").ALGORITHM

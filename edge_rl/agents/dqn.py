@@ -3,12 +3,12 @@ epsilon-greedy actors."""
 
 from __future__ import annotations
 
-from tf_agents.agents.dqn import dqn_agent  # noqa: E402
-from tf_agents.utils import common  # noqa: E402
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.utils import common
 
 from edge_rl.agents.base import BuiltAgent
 from edge_rl.agents.networks import DuelingQNetwork, export_model
-from edge_rl.agents.specs import tf_specs  # noqa: E402
+from edge_rl.agents.specs import tf_specs
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.tf_setup import tf
@@ -23,10 +23,14 @@ class DQN:
         "batch_size": 64,
         "updates_per_step": 1.0,
         "warmup_steps": 1_000,
+        "nstep": 3,
         "eval_every": 5_000,
         "checkpoint_every": 25_000,
         "algo_options": {
-            "target_update_period": 200,  # learner updates between hard target copies
+            # Polyak averaging after every update: on CartPole, hard copies every 200-500
+            # updates oscillated far more (and copies every update diverged).
+            "target_update_period": 1,
+            "target_update_tau": 0.01,
             "epsilon_start": 1.0,
             "epsilon_end": 0.02,
             "epsilon_decay_steps": 10_000,  # per actor
@@ -43,6 +47,7 @@ class DQN:
             q_network=net,
             optimizer=optimizer,
             target_update_period=config.algo_options["target_update_period"],
+            target_update_tau=config.algo_options["target_update_tau"],
             td_errors_loss_fn=common.element_wise_huber_loss,
             gamma=config.gamma,
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),

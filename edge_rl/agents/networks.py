@@ -7,10 +7,10 @@ layer objects (and so the same weights) as the network being trained.
 
 from __future__ import annotations
 
-import tensorflow_probability as tfp  # noqa: E402
-from tf_agents.distributions import utils as distribution_utils  # noqa: E402
-from tf_agents.networks import network, sequential  # noqa: E402
-from tf_agents.specs import distribution_spec, tensor_spec  # noqa: E402
+import tensorflow_probability as tfp
+from tf_agents.distributions import utils as distribution_utils
+from tf_agents.networks import network, sequential
+from tf_agents.specs import distribution_spec, tensor_spec
 
 from edge_rl.tf_setup import tf
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tf_agents.agents.sac import sac_agent  # noqa: E402
+from tf_agents.agents.sac import sac_agent
 
 from edge_rl.agents.base import BuiltAgent
 from edge_rl.agents.networks import SquashedGaussianActor, critic, export_model
@@ -21,6 +21,7 @@ class SAC:
         "batch_size": 256,
         "updates_per_step": 1.0,
         "warmup_steps": 5_000,
+        "nstep": 1,
         "eval_every": 5_000,
         "checkpoint_every": 25_000,
         "algo_options": {"tau": 0.005},

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from tf_agents.specs import tensor_spec  # noqa: E402
-from tf_agents.trajectories import time_step as ts  # noqa: E402
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
 
 from edge_rl.tf_setup import tf
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tf_agents.agents.td3 import td3_agent  # noqa: E402
+from tf_agents.agents.td3 import td3_agent
 
 from edge_rl.agents.base import BuiltAgent
 from edge_rl.agents.networks import critic, deterministic_actor, export_model
@@ -21,6 +21,7 @@ class TD3:
         "batch_size": 256,
         "updates_per_step": 1.0,
         "warmup_steps": 5_000,
+        "nstep": 1,
         "eval_every": 5_000,
         "checkpoint_every": 25_000,
         "algo_options": {
