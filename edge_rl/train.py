@@ -260,6 +260,11 @@ class Training:
         log.info("resumed from %s at %d env steps, %d updates, policy v%d",
                  folder.name, self.state.env_steps, self.learner.updates, self.state.policy_version)
 
+    def _request_stop(self, signum, frame) -> None:
+        if self.stop_requested:
+            raise KeyboardInterrupt
+        self.stop_requested = True
+
     def elapsed(self) -> float:
         """Wall-clock seconds of this run, over all its resumes."""
         return self.wall_before + (time.monotonic() - self.started)
@@ -299,10 +304,13 @@ class Training:
         )
         self.publish()
         actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs")
-        # Ctrl-C and SIGTERM end the run cleanly, also when started from a script that set
-        # SIGINT to "ignore" (as shells do for background jobs).
-        previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
-        previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        # Ctrl-C and SIGTERM only raise a flag that the loop checks between steps: an exception
+        # raised in the middle of a TensorFlow call can leave it unable to write the final
+        # checkpoint. A second Ctrl-C interrupts at once. The handler is set even when the run
+        # was started with SIGINT ignored (as shells do for background jobs).
+        self.stop_requested = False
+        previous_sigint = signal.signal(signal.SIGINT, self._request_stop)
+        previous_sigterm = signal.signal(signal.SIGTERM, self._request_stop)
         next_eval = _next_multiple(self.state.env_steps, config.eval_every)
         next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
         bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
@@ -312,6 +320,8 @@ class Training:
         last_counts = (self.state.env_steps, self.learner.updates)
         try:
             while self.state.env_steps < config.steps:
+                if self.stop_requested:
+                    raise KeyboardInterrupt
                 can_update = self.allowed_updates() > self.learner.updates
                 arrived = self.take_batches(block=not can_update)
                 bar.update(min(arrived, max(0, config.steps - bar.n)))
@@ -395,10 +405,6 @@ class Training:
 
 def _next_multiple(value: int, every: int) -> int:
     return (value // every + 1) * every
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
