@@ -75,11 +75,10 @@ def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_
     assert load_policy(tmp_path / "p16.tflite").metadata.precision == "fp16"
 
 
-def test_lockstep_runs_are_reproducible(tmp_path):
-    args = ("--lockstep", "--steps", "2500", "--eval-every", "2000", "--seed", "3",
-            "--eval-episodes", "5")
-    first = train(tmp_path / "a", *args)
-    second = train(tmp_path / "b", *args)
+def test_lockstep_runs_are_reproducible_and_a_saved_config_reruns_them(tmp_path):
+    first = train(tmp_path / "a", "--lockstep", "--steps", "2500", "--eval-every", "2000",
+                  "--seed", "3", "--eval-episodes", "5")
+    second = train(tmp_path / "b", "--config", tmp_path / "a" / "config.json")
     assert first["final_return"]["mean"] == second["final_return"]["mean"]
     assert first["updates"] == second["updates"]
     policies = [(tmp_path / run / "policy.tflite").read_bytes() for run in "ab"]
