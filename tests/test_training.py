@@ -39,6 +39,10 @@ def test_dqn_lockstep_int8_actors_learn_cartpole(dqn_run):
     for name in ("config.json", "policy.tflite", "summary.json", "checkpoints/latest"):
         assert (out / name).exists(), name
     assert list((out / "tb").glob("events.out.tfevents.*"))
+    # nothing dropped: every batch the actor numbered is in the ledger, without gaps
+    checkpoint = (out / "checkpoints" / (out / "checkpoints/latest").read_text().strip())
+    ledger = json.loads((checkpoint / "state.json").read_text())["ledger"]
+    assert ledger == {"local-0": [summary["steps"] // 64, []]}
     policy = load_policy(out / "policy.tflite")
     assert policy.metadata.precision == "int8" and policy.metadata.env_id == "CartPole-v1"
     assert policy.metadata.policy_version == summary["best_return"]["policy_version"]
@@ -121,6 +125,9 @@ def test_continuous_control_beats_minus_400_on_pendulum(algo, tmp_path):
         "--publish-every", "1000", "--target-return", "-250", "--seed", "0",
     )
     assert summary["best_return"]["mean"] > -400
+    # flow control: the learner trails the samples-per-insert target (1 update per step after
+    # 1000 warm-up steps) by at most max_update_lag plus the batches actors may have in flight
+    assert summary["updates"] >= summary["steps"] - 1000 - 2000 - 4 * 64 - 64
     policy = load_policy(tmp_path / algo / "policy.tflite")
     assert policy.metadata.output == ("action" if algo == "td3" else "mean_log_std")
     assert "int8" in weight_dtypes(policy.model)
