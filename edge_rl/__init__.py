@@ -16,15 +16,12 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import Any  # noqa: E402
 
 from edge_rl.config import TrainConfig  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["TrainConfig", "train", "__version__"]
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
