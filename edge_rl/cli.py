@@ -70,7 +70,7 @@ def cli(verbose: bool) -> None:
 @click.option("--actor-precision", type=click.Choice(PRECISIONS),
               help="Precision of the policy actors explore with.  [default: int8]")
 @click.option("--publish-every", type=int,
-              help="Learner updates between broadcasts.  [default: 500]")
+              help="Learner updates between broadcasts.  [default: 1000]")
 @click.option("--seed", type=int, help="Random seed.  [default: 0]")
 @click.option("--out", help="Run directory.  [default: runs/ENV-ALGO-SEED]")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")

@@ -48,7 +48,7 @@ class TrainConfig:
     max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
 
     # broadcasts, evaluation, checkpoints
-    publish_every: int = 500  # learner updates between policy broadcasts
+    publish_every: int = 1_000  # learner updates between policy broadcasts
     eval_every: int | None = None  # env steps between greedy evaluations
     eval_episodes: int = 20
     checkpoint_every: int | None = None  # env steps between checkpoints

@@ -25,7 +25,7 @@ def train(out, *args):
 def dqn_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dqn") / "run"
     summary = train(out, "--lockstep", "--steps", "12000", "--eval-every", "2000",
-                    "--target-return", "300", "--seed", "0")
+                    "--publish-every", "500", "--target-return", "300", "--seed", "0")
     return out, summary
 
 

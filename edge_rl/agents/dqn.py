@@ -24,7 +24,7 @@ class DQN:
         "updates_per_step": 1.0,
         "warmup_steps": 1_000,
         "nstep": 3,
-        "eval_every": 5_000,
+        "eval_every": 2_500,  # greedy DQN returns swing: look often, keep the best
         "checkpoint_every": 25_000,
         "algo_options": {
             # Polyak averaging after every update: on CartPole, hard copies every 200-500
