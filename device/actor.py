@@ -48,8 +48,9 @@ class PolicyPuller:
             self._wake.set()
 
     def fetch_now(self) -> Policy:
-        """Blocking fetch (lockstep): returns the newest policy."""
-        self._swap(self.client.fetch_policy(self.latest.version))
+        """Blocking fetch of an announced newer policy (lockstep); returns the newest policy."""
+        if self._announced > self.latest.version:
+            self._swap(self.client.fetch_policy(self.latest.version))
         return self.latest
 
     def _swap(self, fetched) -> None:

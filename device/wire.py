@@ -23,6 +23,10 @@ class BatchError(ValueError):
     """A batch that breaks the contract (shapes, dtypes, non-finite values)."""
 
 
+class BatchTooLarge(BatchError):
+    """A batch over MAX_BATCH_BYTES."""
+
+
 def to_tensor(array: np.ndarray) -> wire_pb2.Tensor:
     array = np.ascontiguousarray(array)
     return wire_pb2.Tensor(dtype=array.dtype.name, shape=array.shape, data=array.tobytes())
@@ -93,7 +97,7 @@ def encode_batch(
 def decode_batch(data: bytes) -> wire_pb2.TrajectoryBatch:
     """Parse batch bytes; undecodable bytes are a BatchError, not a framework error."""
     if len(data) > MAX_BATCH_BYTES:
-        raise BatchError(f"batch of {len(data)} bytes is over the {MAX_BATCH_BYTES}-byte limit")
+        raise BatchTooLarge(f"batch of {len(data)} bytes is over the {MAX_BATCH_BYTES}-byte limit")
     batch = wire_pb2.TrajectoryBatch()
     try:
         batch.ParseFromString(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def export_run(
 
     def build(p: str) -> bytes:
         meta = learner.metadata(p, published.policy_version, config.env)
-        meta = type(meta)(**{**meta.__dict__, "train_step": published.train_step})
+        meta = dataclasses.replace(meta, train_step=published.train_step)
         return convert(learner.built.export_model, p, calibration, meta)
 
     model = build(precision)

@@ -24,7 +24,7 @@ class LocalActors:
         self.log_files = []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         for index in range(count):
-            log_file = open(log_dir / f"actor-{index}.log", "ab")  # noqa: SIM115
+            log_file = open(log_dir / f"actor-{index}.log", "ab")
             self.log_files.append(log_file)
             command = [
                 sys.executable, "-m", "edge_rl", "actor",

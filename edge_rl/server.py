@@ -25,6 +25,7 @@ from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.wire import (
     PROTOCOL_VERSION,
     BatchError,
+    BatchTooLarge,
     Transitions,
     decode_batch,
     policy_chunks,
@@ -193,7 +194,7 @@ class LearnerService(wire_pb2_grpc.LearnerServicer):
         try:
             batch = decode_batch(request.batch)
         except BatchError as err:
-            status = (grpc.StatusCode.RESOURCE_EXHAUSTED if "limit" in str(err)
+            status = (grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(err, BatchTooLarge)
                       else grpc.StatusCode.INVALID_ARGUMENT)
             context.abort(status, str(err))
         if batch.protocol_version != PROTOCOL_VERSION:

@@ -12,8 +12,10 @@ The loop, top to bottom:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shutil
 import signal
 import time
 import uuid
@@ -222,8 +224,6 @@ class Training:
     def _save_best(self, policy: Policy) -> None:
         best = self.run_dir / "best"
         tmp = self.run_dir / ".tmp-best"
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         self.learner.save_actor(tmp)
@@ -252,8 +252,6 @@ class Training:
         log.info("checkpoint %s", name)
 
     def _restore(self, folder: Path) -> None:
-        import json
-
         self.learner.restore(folder)
         self.replay.load(folder / "replay.npz")
         self.state = RunState(**json.loads((folder / "state.json").read_text()))
@@ -321,7 +319,7 @@ class Training:
         try:
             while self.state.env_steps < config.steps:
                 if self.stop_requested:
-                    raise KeyboardInterrupt
+                    break
                 can_update = self.allowed_updates() > self.learner.updates
                 arrived = self.take_batches(block=not can_update)
                 bar.update(min(arrived, max(0, config.steps - bar.n)))
@@ -359,11 +357,13 @@ class Training:
                         )
             else:
                 self.stop_reason = f"reached {config.steps} env steps"
-        except KeyboardInterrupt:
-            interrupted = True
-            self.stop_reason = "interrupted"
-            log.warning("interrupted: stopping actors and writing a final checkpoint")
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop's checks
+            self.stop_requested = True
         finally:
+            if self.stop_requested:
+                interrupted = True
+                self.stop_reason = "interrupted"
+                log.warning("interrupted: stopping actors and writing a final checkpoint")
             signal.signal(signal.SIGTERM, previous_sigterm)
             signal.signal(signal.SIGINT, previous_sigint)
             bar.close()
