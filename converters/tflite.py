@@ -116,13 +116,16 @@ def calibration_rows(calibration: np.ndarray, obs_shape: tuple[int, ...]) -> np.
     return np.ascontiguousarray(obs)
 
 
-def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata) -> bytes:
+def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata, spare_bytes: int = 0) -> bytes:
     """`model_bytes` with edge-rl's metadata entry set to `metadata` (added, or replaced).
 
     Other metadata entries (min_runtime_version, CONVERSION_METADATA, ...) are kept.
+    `spare_bytes` pads the JSON with trailing spaces, room for later versions of it to be
+    written in place (see edge_rl.converters.patch).
     """
     model = _read_model(model_bytes)
-    data = np.frombuffer(metadata.to_json(), dtype=np.uint8).copy()
+    text = metadata.to_json() + b" " * spare_bytes
+    data = np.frombuffer(text, dtype=np.uint8).copy()
     entries = list(model.metadata or [])
     ours = [m for m in entries if _text(m.name) == METADATA_NAME]
     if ours:

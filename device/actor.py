@@ -19,9 +19,9 @@ import grpc
 import numpy as np
 
 from edge_rl.device.client import LearnerClient
-from edge_rl.device.envs import make_env
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.policy import Policy
+from edge_rl.device.rollout import Rollout
 from edge_rl.device.runtime import load_runtime
 from edge_rl.device.wire import Transitions, encode_batch
 
@@ -71,51 +71,6 @@ class PolicyPuller:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-
-
-class BatchBuilder:
-    """Fills preallocated arrays with transitions until a batch is full."""
-
-    def __init__(self, size: int, obs_shape: tuple[int, ...], action_example: np.ndarray):
-        self.size = size
-        self.obs = np.zeros((size, *obs_shape), np.float32)
-        self.next_obs = np.zeros((size, *obs_shape), np.float32)
-        self.action = np.zeros((size, *action_example.shape), action_example.dtype)
-        self.det_action = np.zeros_like(self.action)
-        self.reward = np.zeros(size, np.float32)
-        self.terminated = np.zeros(size, bool)
-        self.truncated = np.zeros(size, bool)
-        self.episode_id = np.zeros(size, np.int64)
-        self.episode_step = np.zeros(size, np.int64)
-        self.count = 0
-
-    def add(self, obs, action, det_action, reward, next_obs, terminated, truncated, ep, step):
-        i = self.count
-        self.obs[i] = obs
-        self.action[i] = action
-        self.det_action[i] = det_action
-        self.reward[i] = reward
-        self.next_obs[i] = next_obs
-        self.terminated[i] = terminated
-        self.truncated[i] = truncated
-        self.episode_id[i] = ep
-        self.episode_step[i] = step
-        self.count += 1
-        return self.count == self.size
-
-    def take(self) -> Transitions:
-        n, self.count = self.count, 0
-        return Transitions(
-            observation=self.obs[:n].copy(),
-            action=self.action[:n].copy(),
-            deterministic_action=self.det_action[:n].copy(),
-            reward=self.reward[:n].copy(),
-            next_observation=self.next_obs[:n].copy(),
-            terminated=self.terminated[:n].copy(),
-            truncated=self.truncated[:n].copy(),
-            episode_id=self.episode_id[:n].copy(),
-            episode_step=self.episode_step[:n].copy(),
-        )
 
 
 class Actor:
@@ -180,52 +135,26 @@ class Actor:
         puller = PolicyPuller(self.client, self.runtime, policy)
         heartbeat = threading.Thread(target=self._heartbeats, args=(puller,), daemon=True)
         heartbeat.start()
-        rng = np.random.default_rng(hello.seed)
-        explorer = Explorer(settings, policy.metadata, rng)
-        num_envs = max(1, hello.num_envs)
-        envs = [make_env(hello.env_id) for _ in range(num_envs)]
-        obs = np.stack(
-            [env.reset(seed=int(hello.seed) * 1000 + i)[0] for i, env in enumerate(envs)]
-        ).astype(np.float32)
-        for i, env in enumerate(envs):
-            env.action_space.seed(int(hello.seed) * 1000 + i)
-        episode_ids = np.arange(num_envs, dtype=np.int64)
-        next_episode_id = num_envs
-        episode_steps = np.zeros(num_envs, np.int64)
-        episode_returns = np.zeros(num_envs, np.float64)
-        finished_returns: list[float] = []
-        action_example = explorer.random_actions(1)[0]
-        builder = BatchBuilder(hello.batch_transitions, obs.shape[1:], action_example)
-        log.info("actor %s acting in %s with %s", self.client.actor_id, hello.env_id, self.runtime)
+        explorer = Explorer(settings, policy.metadata, np.random.default_rng(hello.seed))
+        rollout = Rollout(hello.env_id, max(1, hello.num_envs), int(hello.seed),
+                          hello.batch_transitions, explorer.random_actions(1)[0])
+        log.info("actor %s acting in %s (%d envs) with %s", self.client.actor_id, hello.env_id,
+                 len(rollout.envs), self.runtime)
         try:
             while not self.stop_event.is_set():
                 if self.max_steps is not None and self.env_steps >= self.max_steps:
                     break
+                # The newest policy the puller has: swapping is one reference assignment in
+                # the puller's thread, so acting never waits for a download.
                 policy = puller.latest
-                outputs = policy.outputs(obs)
-                actions, det_actions = explorer(outputs, policy.greedy(outputs))
-                for i, env in enumerate(envs):
-                    next_obs, reward, terminated, truncated, _ = env.step(actions[i])
-                    self.env_steps += 1
-                    episode_returns[i] += reward
-                    full = builder.add(
-                        obs[i], actions[i], det_actions[i], reward, next_obs,
-                        terminated, truncated, episode_ids[i], episode_steps[i],
-                    )
-                    episode_steps[i] += 1
-                    if terminated or truncated:
-                        finished_returns.append(float(episode_returns[i]))
-                        episode_returns[i] = 0.0
-                        episode_steps[i] = 0
-                        episode_ids[i] = next_episode_id
-                        next_episode_id += 1
-                        next_obs, _ = env.reset()
-                    obs[i] = next_obs
-                    if full:
-                        self._send(builder.take(), policy.version, finished_returns, puller)
-                        finished_returns = []
-                        if hello.lockstep:
-                            puller.fetch_now()
+                outputs = policy.outputs(rollout.obs)
+                actions, deterministic = explorer(outputs, policy.greedy(outputs))
+                for batch in rollout.step(actions, deterministic):
+                    self.env_steps = rollout.env_steps
+                    self._send(batch, policy.version, rollout.take_returns(), puller)
+                    if hello.lockstep:
+                        puller.fetch_now()
+                self.env_steps = rollout.env_steps
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 log.info("learner went away (%s); actor stops", err.code().name)
@@ -234,8 +163,7 @@ class Actor:
         finally:
             self.stop_event.set()
             puller.stop()
-            for env in envs:
-                env.close()
+            rollout.close()
 
 
 def die_with_parent(parent_pid: int) -> None:

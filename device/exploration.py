@@ -42,6 +42,29 @@ class ExplorationSettings:
         return cls(**json.loads(text))
 
 
+class RandomBlock:
+    """Random numbers drawn from `rng` in blocks and handed out in slices.
+
+    One call to numpy's generator costs a few microseconds whatever its size; an actor needs a
+    handful of numbers per step, so it draws thousands at a time.
+    """
+
+    def __init__(self, draw, block: int = 16_384):
+        self._draw = draw  # size -> array
+        self._block = block
+        self._values = draw(block)
+        self._used = 0
+
+    def take(self, n: int) -> np.ndarray:
+        if self._used + n > len(self._values):
+            rest = self._values[self._used:]
+            self._values = np.concatenate([rest, self._draw(max(self._block, n))])
+            self._used = 0
+        out = self._values[self._used:self._used + n]
+        self._used += n
+        return out
+
+
 class Explorer:
     """Turns network outputs into (action taken, deterministic action) for a batch."""
 
@@ -50,6 +73,8 @@ class Explorer:
             raise ValueError(f"unknown exploration kind {settings.kind!r}")
         self.settings = settings
         self.rng = rng
+        self.normal = RandomBlock(lambda n: rng.standard_normal(n, dtype=np.float32))
+        self.uniform = RandomBlock(lambda n: rng.random(n, dtype=np.float32))
         action = policy_metadata.action
         self.discrete = action["kind"] == "discrete"
         if self.discrete:
@@ -57,6 +82,9 @@ class Explorer:
         else:
             self.low = np.asarray(action["low"], np.float32)
             self.high = np.asarray(action["high"], np.float32)
+            self.noise_scale = (settings.noise_std * 0.5 * (self.high - self.low)).astype(
+                np.float32
+            )
         self.steps = 0  # env steps this actor has taken (each row of a batch is one)
 
     def epsilon(self) -> float:
@@ -77,23 +105,31 @@ class Explorer:
             return self.random_actions(n), greedy
         kind = self.settings.kind
         if kind == "epsilon_greedy":
-            explore = self.rng.random(n) < self.epsilon()
+            explore = self.uniform.take(n) < self.epsilon()
+            if not explore.any():
+                return greedy, greedy
             actions = np.where(explore, self.random_actions(n), greedy)
         elif kind == "gaussian":
-            half_range = 0.5 * (self.high - self.low)
-            noise = self.rng.normal(0.0, 1.0, size=greedy.shape) * self.settings.noise_std
-            actions = np.clip(greedy + noise * half_range, self.low, self.high)
+            noise = self.normal.take(greedy.size).reshape(greedy.shape)
+            actions = np.clip(greedy + noise * self.noise_scale, self.low, self.high)
         else:
-            actions = sac_sample(outputs, self.low, self.high, self.rng)
+            actions = sac_sample(outputs, self.low, self.high,
+                                 self.normal.take(greedy.size).reshape(greedy.shape))
         return actions.astype(greedy.dtype, copy=False), greedy
 
 
 def sac_sample(
-    mean_log_std: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator
+    mean_log_std: np.ndarray, low: np.ndarray, high: np.ndarray,
+    noise: np.random.Generator | np.ndarray,
 ) -> np.ndarray:
-    """Sample tanh(N(mean, exp(log_std))) scaled to [low, high], as TF-Agents' SAC actor does."""
+    """Sample tanh(N(mean, exp(log_std))) scaled to [low, high], as TF-Agents' SAC actor does.
+
+    `noise`: standard normal draws of the mean's shape, or a generator to draw them from.
+    """
     dim = mean_log_std.shape[-1] // 2
     mean = mean_log_std[..., :dim]
     log_std = np.clip(mean_log_std[..., dim:], LOG_STD_MIN, LOG_STD_MAX)
-    pre_tanh = mean + np.exp(log_std) * rng.standard_normal(mean.shape)
+    if isinstance(noise, np.random.Generator):
+        noise = noise.standard_normal(mean.shape)
+    pre_tanh = mean + np.exp(log_std) * noise
     return squash_to_bounds(np.tanh(pre_tanh), low, high)

@@ -3,7 +3,8 @@
 `verify_model` walks the parts of TFLite's schema (schema.fbs) that hold offsets and checks
 that every table, vector and string lies inside the file, before an interpreter that does
 not verify (tflite-runtime segfaults on truncated files) sees it. `read_metadata_entries`
-finds the model's metadata table; `output_quantization` reads an int8 policy's output step.
+finds the model's metadata table; `output_quantization` reads an int8 policy's output step;
+`buffer_span` and `quantization_spans` say where numbers lie, for patching them in place.
 """
 
 from __future__ import annotations
@@ -386,3 +387,36 @@ def output_quantization(model: bytes) -> tuple[float, int]:
 def _check_identifier(model: bytes) -> None:
     if len(model) < 8 or model[4:8] != b"TFL3":
         raise PolicyFileError("not a TFLite model (missing the TFL3 identifier)")
+
+
+def buffer_span(model: bytes, buffer_index: int) -> tuple[int, int]:
+    """(start, length in bytes) of a buffer's data inside `model`; (0, 0) when it has none.
+
+    For writing new values of the same size in place (edge_rl.converters.patch).
+    """
+    reader = _Reader(model)
+    buffers, n_buffers = reader.vector(reader.root(), _MODEL_BUFFERS)
+    if not 0 <= buffer_index < n_buffers:
+        raise PolicyFileError(f"buffer {buffer_index} is out of range")
+    return reader.vector(reader.table_at(buffers + 4 * buffer_index), _BUFFER_DATA)
+
+
+def quantization_spans(model: bytes, tensor_index: int) -> tuple[int, int, int, int]:
+    """(scale start, scale count, zero-point start, zero-point count) of a main-graph tensor.
+
+    Scales are float32 and zero points int64; counts are 0 when a vector is absent.
+    """
+    reader = _Reader(model)
+    graphs, n_graphs = reader.vector(reader.root(), _MODEL_SUBGRAPHS)
+    if not n_graphs:
+        raise PolicyFileError("the model has no subgraph")
+    tensors, n_tensors = reader.vector(reader.table_at(graphs), _SUBGRAPH_TENSORS)
+    if not 0 <= tensor_index < n_tensors:
+        raise PolicyFileError(f"tensor {tensor_index} is out of range")
+    quantization = reader.subtable(reader.table_at(tensors + 4 * tensor_index),
+                                   _TENSOR_QUANTIZATION)
+    if not quantization:
+        return 0, 0, 0, 0
+    scales = reader.vector(quantization, _QUANTIZATION_SCALE)
+    zero_points = reader.vector(quantization, _QUANTIZATION_ZERO_POINT)
+    return (*scales, *zero_points)

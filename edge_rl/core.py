@@ -3,7 +3,7 @@
     Policy   (device)   act(observations) -> actions               edge_rl.device.Policy
     Actor    (device)   run(): act, explore, batch, send            edge_rl.device.actor.Actor
     Replay   (learner)  insert(batch), sample(n), resize(capacity)  edge_rl.replay.Replay
-    Learner  (learner)  step(), publish(), save(), restore()        edge_rl.learner.Learner
+    Learner  (learner)  train(), publish(), save(), restore()       edge_rl.learner.Learner
     Exchange (learner)  validated batches in, policies out          edge_rl.server.Exchange
 
 The gRPC service (edge_rl.server) is the only thing that knows about the network: the learner
@@ -42,11 +42,12 @@ class Replay(Protocol):
 
 
 class Learner(Protocol):
-    def step(self) -> dict[str, float]:
-        """One update on a sampled minibatch; returns its losses."""
+    def train(self, batch: dict[str, np.ndarray], updates: int) -> Any:
+        """`updates` updates on consecutive minibatches of `batch`; returns the last losses."""
 
-    def publish(self, precision: str, calibration: np.ndarray) -> bytes:
-        """The actor network as a policy file at `precision`, with a new version number."""
+    def publish(self, precision: str, calibration: np.ndarray, version: int
+                ) -> tuple[bytes, float]:
+        """The actor network as a policy file at `precision`, and the seconds it took."""
 
     def save(self, directory: Path) -> None:
         """Write networks, optimizers and counters under `directory`."""

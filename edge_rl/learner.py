@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -9,23 +10,25 @@ from typing import Any
 import numpy as np
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
-from tf_agents.utils import common
 
 from edge_rl.agents.base import AgentFactory, BuiltAgent
 from edge_rl.config import TrainConfig
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf
 
+log = logging.getLogger(__name__)
 
-def to_trajectory(batch: dict[str, np.ndarray]) -> trajectory.Trajectory:
+
+def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.Trajectory:
     """A sampled minibatch as the [batch, 2] Trajectory TF-Agents' agents train on.
 
     Element 0 carries the transition (reward, discount); element 1 only the next observation.
     Both step types are MID: episode ends live in `discount` (see edge_rl.replay).
+    With updates = K > 1 the batch holds K minibatches, and every field gets a leading K.
     """
     n = batch["reward"].shape[0]
     mid = np.full((n, 2), int(ts.StepType.MID), np.int32)
-    return trajectory.Trajectory(
+    experience = trajectory.Trajectory(
         step_type=mid,
         observation=np.stack([batch["observation"], batch["next_observation"]], axis=1),
         action=np.stack([batch["action"], batch["action"]], axis=1),
@@ -34,6 +37,12 @@ def to_trajectory(batch: dict[str, np.ndarray]) -> trajectory.Trajectory:
         reward=np.stack([batch["reward"], np.zeros(n, np.float32)], axis=1),
         discount=np.stack([batch["discount"], np.ones(n, np.float32)], axis=1),
     )
+    if updates == 1:
+        return experience
+    if n % updates:
+        raise ValueError(f"{n} transitions do not split into {updates} minibatches")
+    return tf.nest.map_structure(lambda x: x.reshape(updates, n // updates, *x.shape[1:]),
+                                 experience)
 
 
 class Learner:
@@ -51,16 +60,29 @@ class Learner:
         self.action = action
         self.built: BuiltAgent = factory.build(self.observation_shape, action, config)
         self.agent = self.built.agent
-        self._train = common.function(self.agent.train)
+        # Several updates per call, looped inside one graph: calling agent.train once per
+        # update costs ~0.3-1 ms of Python and dispatch overhead each time on this stack.
+        self._train_many = tf.function(self._train_loop, reduce_retracing=True)
         self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
+        self._patchers: dict[str, Any] = {}  # precision -> PolicyPatcher, or None: convert
 
     @property
     def updates(self) -> int:
         return int(self.agent.train_step_counter.numpy())
 
-    def step(self, batch: dict[str, np.ndarray]) -> Any:
-        """One update; returns TF-Agents' LossInfo (tensors: read them only when logging)."""
-        return self._train(to_trajectory(batch))
+    def train(self, batch: dict[str, np.ndarray], updates: int = 1) -> Any:
+        """`updates` updates, on consecutive slices of `batch` (updates x batch_size samples).
+
+        Returns TF-Agents' LossInfo of the last one (tensors: read them only when logging).
+        """
+        return self._train_many(to_trajectory(batch, updates) if updates > 1 else
+                                tf.nest.map_structure(lambda x: x[None], to_trajectory(batch)))
+
+    def _train_loop(self, experience: trajectory.Trajectory) -> Any:
+        loss_info = self.agent.train(tf.nest.map_structure(lambda x: x[0], experience))
+        for k in tf.range(1, tf.shape(experience.reward)[0]):
+            loss_info = self.agent.train(tf.nest.map_structure(lambda x, k=k: x[k], experience))
+        return loss_info
 
     def metadata(self, precision: str, version: int, env_id: str) -> PolicyMetadata:
         return PolicyMetadata(
@@ -75,16 +97,29 @@ class Learner:
         )
 
     def publish(self, precision: str, calibration: np.ndarray, version: int) -> tuple[bytes, float]:
-        """The actor network as a policy file; returns (bytes, seconds the conversion took)."""
+        """The actor network as a policy file; returns (bytes, seconds it took to make).
+
+        The first call per precision converts the network (about a second); later calls write
+        the new weights into that conversion (milliseconds, see edge_rl.converters.patch).
+        """
         from edge_rl.converters import convert
+        from edge_rl.converters.patch import NotPatchable, PolicyPatcher
 
         start = time.perf_counter()
-        model = convert(
-            self.built.export_model,
-            precision,
-            calibration,
-            self.metadata(precision, version, self.config.env),
-        )
+        metadata = self.metadata(precision, version, self.config.env)
+        if precision not in self._patchers:
+            try:
+                self._patchers[precision] = PolicyPatcher(
+                    self.built.export_model, precision, calibration, metadata
+                )
+            except NotPatchable as err:
+                log.warning("policies will be converted in full each time (slow): %s", err)
+                self._patchers[precision] = None
+        patcher = self._patchers[precision]
+        if patcher is None:
+            model = convert(self.built.export_model, precision, calibration, metadata)
+        else:
+            model = patcher.write(calibration, metadata)
         return model, time.perf_counter() - start
 
     # -- checkpoints --------------------------------------------------------------------------

@@ -62,6 +62,7 @@ class PendingBatch:
     transitions: Transitions
     episode_returns: list[float]
     actor_env_steps: int
+    policy_version: int = 0  # of the policy that acted
     acked: threading.Event = field(default_factory=threading.Event)
 
 
@@ -215,7 +216,7 @@ class LearnerService(wire_pb2_grpc.LearnerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         pending, duplicate = self.exchange.submit(PendingBatch(
             actor_key, batch.actor_id, batch.seq, transitions,
-            list(batch.episode_returns), batch.env_steps,
+            list(batch.episode_returns), batch.env_steps, batch.policy_version,
         ))
         if pending is not None:
             while not pending.acked.wait(timeout=0.5):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import signal
 import time
 import uuid
@@ -29,9 +28,15 @@ from tqdm import tqdm
 
 from edge_rl.agents import get_algorithm
 from edge_rl.agents.base import check_action_space, resolve_defaults
+from edge_rl.best_policy import (
+    CALIBRATION_SIZE,
+    HOLDOUT_SIZE,
+    random_observations,
+    save_best_policy,
+)
 from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_checkpoint, write_json
 from edge_rl.config import TrainConfig
-from edge_rl.device.envs import describe_env, make_env
+from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import EvalResult, evaluate
 from edge_rl.device.policy import Policy
@@ -41,8 +46,6 @@ from edge_rl.server import Exchange, LearnerService, Ledger, PendingBatch, RunIn
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_SIZE = 500
-HOLDOUT_SIZE = 2000
 UPDATES_PER_CHUNK = 50  # updates between looks at the actors' queue
 
 
@@ -74,20 +77,6 @@ def prepare(config: TrainConfig, resume: bool = False):
     if resume and latest_checkpoint(run_dir / "checkpoints") is None:
         raise UserError(f"nothing to resume in {run_dir}: it has no checkpoint")
     return config, factory, observation_shape, action
-
-
-def random_observations(env_id: str, count: int, seed: int) -> np.ndarray:
-    """Observations from random play, to calibrate the first int8 policy before replay fills."""
-    env = make_env(env_id, seed=seed)
-    obs, _ = env.reset(seed=seed)
-    rows = []
-    for _ in range(count):
-        rows.append(np.asarray(obs, np.float32))
-        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            obs, _ = env.reset()
-    env.close()
-    return np.stack(rows)
 
 
 class Training:
@@ -131,6 +120,7 @@ class Training:
         self.last_publish_update = self.learner.updates
         self.last_loss = None
         self.publish_seconds = 0.0
+        self.first_update: tuple[float, int] | None = None  # (time, updates) this session
         self.stop_reason = ""
 
     # -- the pieces of the loop ----------------------------------------------------------------
@@ -186,8 +176,19 @@ class Training:
             count = max(0, due)  # all of them, before the ack: reproducible
         else:
             count = max(0, min(due, UPDATES_PER_CHUNK))
-        for _ in range(count):
-            self.last_loss = self.learner.step(self.replay.sample(self.config.batch_size))
+        if count and self.first_update is None:
+            self.first_update = (time.monotonic(), self.learner.updates)
+        done = 0
+        while done < count:
+            # Stop at the next publish point, so actors get the weights of exactly every
+            # publish_every-th update.
+            until_publish = self.config.publish_every - (
+                self.learner.updates - self.last_publish_update
+            )
+            chunk = max(1, min(count - done, until_publish))
+            batch = self.replay.sample(chunk * self.config.batch_size)
+            self.last_loss = self.learner.train(batch, chunk)
+            done += chunk
             if self.learner.updates - self.last_publish_update >= self.config.publish_every:
                 self.publish()
         return count
@@ -222,21 +223,11 @@ class Training:
         return result
 
     def _save_best(self, policy: Policy) -> None:
-        best = self.run_dir / "best"
-        tmp = self.run_dir / ".tmp-best"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        self.learner.save_actor(tmp)
-        (tmp / "policy.tflite").write_bytes(policy.model)
         observations = self.replay.recent_observations(CALIBRATION_SIZE + HOLDOUT_SIZE)
         if len(observations) < CALIBRATION_SIZE + 10:
             observations = np.concatenate([self.calibration_fallback, observations])
-        with open(tmp / "observations.npz", "wb") as f:
-            np.savez(f, calibration=observations[:CALIBRATION_SIZE],
-                     holdout=observations[CALIBRATION_SIZE:])
-        write_json(tmp / "eval.json", self.state.best)
-        shutil.rmtree(best, ignore_errors=True)
-        tmp.rename(best)
+        save_best_policy(self.run_dir / "best", policy.model, self.learner.save_actor,
+                         observations, self.state.best)
 
     def checkpoint(self) -> None:
         self.state.ledger = self.exchange.ledger.state()
@@ -262,6 +253,14 @@ class Training:
         if self.stop_requested:
             raise KeyboardInterrupt
         self.stop_requested = True
+
+    def update_rate(self) -> float | None:
+        """Updates/s from this session's first update to now (publishing, evaluations, and any
+        wait for the actors, included)."""
+        if self.first_update is None:
+            return None
+        seconds = time.monotonic() - self.first_update[0]
+        return round((self.learner.updates - self.first_update[1]) / max(seconds, 1e-9), 1)
 
     def elapsed(self) -> float:
         """Wall-clock seconds of this run, over all its resumes."""
@@ -360,6 +359,7 @@ class Training:
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop's checks
             self.stop_requested = True
         finally:
+            self.loop_update_rate = self.update_rate()
             if self.stop_requested:
                 interrupted = True
                 self.stop_reason = "interrupted"
@@ -397,6 +397,7 @@ class Training:
             "policy_file": str(exported) if exported.is_file() else None,
             "stop_reason": self.stop_reason,
             "publish_seconds": round(self.publish_seconds, 3),
+            "learner_updates_per_second": self.loop_update_rate,
         }
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()

@@ -1,0 +1,367 @@
+"""Publish a policy many times for the cost of one conversion: write new weights in place.
+
+A run's actor network keeps its graph for the whole run; only its weights change between
+broadcasts. So `PolicyPatcher` converts the network once (the template) and makes each new
+policy file by copying the template's bytes and overwriting, at offsets found once:
+  * each FULLY_CONNECTED op's weights and bias: for int8 quantized in numpy the way TFLite's
+    quantizer does it (symmetric int8 weights, per tensor or per output channel as the
+    template has them; int32 bias at scale input_scale * weight_scale), otherwise cast to the
+    stored float type;
+  * for int8, every activation's (scale, zero point), from its min and max over the
+    calibration observations. The values come from an fp32 twin of the network, patched the
+    same way, whose every intermediate tensor is a graph output (so none is computed in place
+    and lost); its ops line up one to one with the int8 model's, less the QUANTIZE at the
+    input and the DEQUANTIZE at the output;
+  * the metadata JSON, written into room the template reserved for it.
+None of these change size. A network the patcher cannot reproduce (an op whose quantization
+it does not know, a weight folded into another constant) raises NotPatchable when the
+patcher is built; callers then convert every time.
+
+    patcher = PolicyPatcher(model, "int8", calibration, metadata)
+    flat = patcher.write(calibration, metadata)     # after every round of updates
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from tensorflow.lite.python import schema_py_generated as schema
+from tensorflow.lite.tools import flatbuffer_utils
+
+from edge_rl.converters.tflite import (
+    _builtin,
+    _read_model,
+    _text,
+    attach_metadata,
+    calibration_rows,
+    convert,
+)
+from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
+from edge_rl.device.tflite_file import buffer_span, quantization_spans
+from edge_rl.tf_setup import tf
+
+log = logging.getLogger(__name__)
+
+_OP = schema.BuiltinOperator
+_TYPE = schema.TensorType
+# Ops whose int8 output range is calibrated from the data (min and max, widened to hold 0).
+_CALIBRATED = {_OP.QUANTIZE, _OP.FULLY_CONNECTED, _OP.ADD, _OP.SUB, _OP.MUL, _OP.MEAN, _OP.SUM}
+# Elementwise ops that the quantizer sometimes gives their first input's range.
+_KEEPS_INPUT_RANGE = {_OP.ADD, _OP.SUB, _OP.MUL}
+# Ops whose int8 output range TFLite fixes whatever the data (tanh: 1/128, logistic: 1/256).
+_FIXED_RANGE = {_OP.TANH, _OP.LOGISTIC, _OP.SOFTMAX, _OP.LOG_SOFTMAX}
+_STORED_DTYPES = {_TYPE.FLOAT32: np.float32, _TYPE.FLOAT16: np.float16, _TYPE.INT8: np.int8,
+                  _TYPE.INT32: np.int32}
+METADATA_SPARE_BYTES = 512  # room for the JSON to grow (versions, train steps) in place
+
+
+class NotPatchable(ValueError):
+    """The network's TFLite form cannot be reproduced by patching; convert it every time."""
+
+
+@dataclass
+class _Stored:
+    """A constant tensor's numbers inside the file: where its data and quantization lie."""
+
+    tensor: int
+    dtype: type
+    shape: tuple[int, ...]
+    data: tuple[int, int]  # (start, bytes)
+    scale: tuple[int, int]  # (start, count) of float32 scales; count 0 if not quantized
+    zero_point: tuple[int, int]
+
+
+@dataclass
+class _Dense:
+    """One FULLY_CONNECTED op and the Keras layer whose kernel and bias it holds."""
+
+    layer: Any
+    weight: _Stored
+    bias: _Stored
+    input_tensor: int
+    output_tensor: int
+
+
+class _Layout:
+    """Where a converted model keeps what the patcher rewrites."""
+
+    def __init__(self, flat: bytes, dense_layers: list):
+        self.flat = flat
+        self.model = _read_model(flat)
+        self.graph = self.model.subgraphs[0]
+        producer = {int(out): op for op in self.graph.operators for out in op.outputs}
+        fc_ops = [op for op in self.graph.operators
+                  if _builtin(self.model, op) == _OP.FULLY_CONNECTED]
+        if len(fc_ops) != len(dense_layers):
+            raise NotPatchable(f"{len(fc_ops)} FULLY_CONNECTED ops for {len(dense_layers)} "
+                               "Dense layers")
+        self.dense = []
+        for op, layer in zip(fc_ops, dense_layers, strict=True):
+            inputs = [int(i) for i in op.inputs]
+            if len(inputs) < 3 or inputs[2] < 0:
+                raise NotPatchable(f"the converter dropped the bias of {layer.name}")
+            weight = self.stored(inputs[1], producer)
+            bias = self.stored(inputs[2], producer)
+            self.dense.append(_Dense(layer, weight, bias, inputs[0], int(op.outputs[0])))
+        self.metadata_data = self._metadata_span()
+
+    def stored(self, index: int, producer: dict) -> _Stored:
+        """The stored tensor behind op input `index`, through a DEQUANTIZE (fp16 weights)."""
+        tensor = self.graph.tensors[index]
+        op = producer.get(index)
+        if op is not None and _builtin(self.model, op) == _OP.DEQUANTIZE:
+            index = int(op.inputs[0])
+            tensor = self.graph.tensors[index]
+        elif op is not None:
+            raise NotPatchable(f"tensor {_text(tensor.name)!r} is computed, not stored")
+        if tensor.type not in _STORED_DTYPES or not tensor.buffer:
+            raise NotPatchable(f"tensor {_text(tensor.name)!r} has no stored data we can write")
+        scale_start, n_scale, zp_start, n_zp = quantization_spans(self.flat, index)
+        return _Stored(
+            tensor=index,
+            dtype=_STORED_DTYPES[tensor.type],
+            shape=tuple(int(d) for d in tensor.shape),
+            data=buffer_span(self.flat, int(tensor.buffer)),
+            scale=(scale_start, n_scale),
+            zero_point=(zp_start, n_zp),
+        )
+
+    def _metadata_span(self) -> tuple[int, int]:
+        for entry in self.model.metadata or []:
+            if _text(entry.name) == METADATA_NAME:
+                return buffer_span(self.flat, int(entry.buffer))
+        raise NotPatchable("the template has no edge-rl metadata")
+
+
+class PolicyPatcher:
+    """Converts `model` once at `precision`; `write` makes policy files from its current weights.
+
+    The model's Dense layers are read in `model.layers` order and must be the network's
+    FULLY_CONNECTED ops in execution order (a chain of layers, as edge-rl's networks are);
+    building checks this against the converted numbers and raises NotPatchable otherwise.
+    """
+
+    def __init__(self, model: Any, precision: str, calibration: np.ndarray | None,
+                 metadata: PolicyMetadata):
+        self.model = model
+        self.precision = precision
+        self.observation_shape = tuple(int(d) for d in metadata.observation_shape)
+        self.layers = [layer for layer in model.layers
+                       if isinstance(layer, tf.keras.layers.Dense)]
+        if not self.layers or any(not layer.use_bias for layer in self.layers):
+            raise NotPatchable("patching needs Dense layers with biases")
+        # A bias of exactly zero (as every bias starts) is dropped by the converter, leaving
+        # nothing to patch later: convert with nonzero biases, then put the real ones back.
+        real = [layer.get_weights() for layer in self.layers]
+        rng = np.random.default_rng(0)
+        probes = [(kernel, bias + rng.uniform(0.01, 0.02, bias.shape).astype(np.float32))
+                  for kernel, bias in real]
+        try:
+            for layer, weights in zip(self.layers, probes, strict=True):
+                layer.set_weights(list(weights))
+            template = convert(model, precision, calibration, metadata)
+            twin = convert(model, "fp32", None, replace(metadata, precision="fp32"))
+        finally:
+            for layer, weights in zip(self.layers, real, strict=True):
+                layer.set_weights(weights)
+        template = attach_metadata(template, metadata, spare_bytes=METADATA_SPARE_BYTES)
+        self.layout = _Layout(template, self.layers)
+        self.twin = _Layout(_all_tensors_as_outputs(twin), self.layers)
+        self._check_numbers(self.layout, probes)
+        self._check_numbers(self.twin, probes)
+        if precision == "int8":
+            self.activations = self._line_up_activations()
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _check_numbers(self, layout: _Layout, probes: list) -> None:
+        """Each FULLY_CONNECTED op holds the kernel and bias of the layer matched to it."""
+        for dense, (kernel, bias) in zip(layout.dense, probes, strict=True):
+            for stored, expected in ((dense.weight, kernel.T), (dense.bias, bias)):
+                values = _read(layout.flat, stored)
+                if values.shape != expected.shape:
+                    raise NotPatchable(f"{dense.layer.name}: stored values of shape "
+                                       f"{values.shape} for a variable of shape {expected.shape}")
+                if stored.scale[1]:  # quantized: within half a step of the float value
+                    scales = _read_scales(layout.flat, stored)
+                    scales = scales.reshape(-1, *[1] * (values.ndim - 1)) if len(scales) > 1 \
+                        else scales[0]
+                    close = np.abs(values * scales - expected) <= 0.51 * scales + 1e-7
+                else:
+                    close = np.isclose(values.astype(np.float32), expected, rtol=1e-3, atol=1e-6)
+                if not close.all():
+                    raise NotPatchable(f"{dense.layer.name}: the converted numbers are not the "
+                                       "layer's (folded into another constant?)")
+
+    def _line_up_activations(self) -> dict[int, tuple[str, int]]:
+        """int8 activation tensor -> how its range is found, in execution order:
+        ("data", twin tensor) | ("input", int8 tensor whose range it takes) | ("fixed", -1)."""
+        model, graph = self.layout.model, self.layout.graph
+        twin_ops = list(self.twin.graph.operators)
+        plan: dict[int, tuple[str, int]] = {}
+        k = 0
+        for op in graph.operators:
+            code = _builtin(model, op)
+            out = int(op.outputs[0])
+            if code == _OP.QUANTIZE and int(op.inputs[0]) in set(graph.inputs):
+                plan[out] = ("data", int(self.twin.graph.inputs[0]))
+                continue
+            if code == _OP.DEQUANTIZE and out in set(graph.outputs):
+                continue
+            if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
+                raise NotPatchable("the int8 and fp32 graphs differ op by op")
+            twin_out = int(twin_ops[k].outputs[0])
+            k += 1
+            if code in _FIXED_RANGE:
+                plan[out] = ("fixed", -1)
+            elif code in _KEEPS_INPUT_RANGE and _same_range(graph, out, int(op.inputs[0])):
+                # The quantizer gave this op its input's range (it does so for some
+                # elementwise ops with a constant operand): do as it did.
+                plan[out] = ("input", int(op.inputs[0]))
+            elif code in _CALIBRATED:
+                plan[out] = ("data", twin_out)
+            else:
+                raise NotPatchable(f"no int8 range rule for op {code} in the network")
+        return plan
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write(self, calibration: np.ndarray | None, metadata: PolicyMetadata) -> bytes:
+        """A policy file for the model's current weights, with `metadata` attached."""
+        if metadata.precision != self.precision:
+            raise ValueError(f"this patcher writes {self.precision} policies, the metadata "
+                             f"says {metadata.precision}")
+        weights = [(np.asarray(layer.kernel.numpy(), np.float32),
+                    np.asarray(layer.bias.numpy(), np.float32)) for layer in self.layers]
+        out = bytearray(self.layout.flat)
+        if self.precision == "int8":
+            if calibration is None:
+                raise ValueError("int8 policies need calibration observations")
+            self._write_int8(out, weights, calibration_rows(calibration, self.observation_shape))
+        else:
+            for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
+                _write(out, dense.weight.data, kernel.T.astype(dense.weight.dtype))
+                _write(out, dense.bias.data, bias.astype(dense.bias.dtype))
+        text = metadata.to_json()
+        start, room = self.layout.metadata_data
+        if len(text) > room:
+            return attach_metadata(bytes(out), metadata)  # rare: lose the in-place room once
+        out[start:start + room] = text + b" " * (room - len(text))
+        return bytes(out)
+
+    def _write_int8(self, out: bytearray, weights: list, rows: np.ndarray) -> None:
+        # 1. activation ranges, from the fp32 twin run on the calibration rows
+        values = self._twin_tensors(weights, rows)
+        activation_scale: dict[int, float] = {}
+        activation_params: dict[int, tuple[float, int]] = {}
+        for tensor, (rule, twin_tensor) in self.activations.items():
+            spans = quantization_spans(self.layout.flat, tensor)
+            if rule == "fixed":
+                activation_scale[tensor] = float(_read_f32(self.layout.flat, spans[0], 1)[0])
+                continue
+            if rule == "input":
+                scale, zero_point = activation_params[twin_tensor]
+            else:
+                data = values[twin_tensor]
+                scale, zero_point = asymmetric_int8(float(data.min()), float(data.max()))
+            activation_params[tensor] = (scale, zero_point)
+            _write(out, (spans[0], 4), np.float32([scale]))
+            _write(out, (spans[2], 8), np.int64([zero_point]))
+            activation_scale[tensor] = scale
+        # 2. weights (symmetric int8) and biases (int32 at input scale x weight scale)
+        for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
+            per_channel = dense.weight.scale[1] > 1
+            q_weight, weight_scale = symmetric_int8(kernel.T, per_channel)
+            bias_scale = (np.float64(activation_scale[dense.input_tensor])
+                          * weight_scale.astype(np.float64))
+            q_bias = _round(bias / bias_scale).astype(np.int64)
+            q_bias = np.clip(q_bias, -(2**31) + 1, 2**31 - 1).astype(np.int32)
+            _write(out, dense.weight.data, q_weight)
+            _write(out, (dense.weight.scale[0], 4 * dense.weight.scale[1]),
+                   np.broadcast_to(weight_scale, (dense.weight.scale[1],)).astype(np.float32))
+            _write(out, dense.bias.data, q_bias)
+            _write(out, (dense.bias.scale[0], 4 * dense.bias.scale[1]),
+                   np.broadcast_to(bias_scale, (dense.bias.scale[1],)).astype(np.float32))
+
+    def _twin_tensors(self, weights: list, rows: np.ndarray) -> dict[int, np.ndarray]:
+        twin = bytearray(self.twin.flat)
+        for dense, (kernel, bias) in zip(self.twin.dense, weights, strict=True):
+            _write(twin, dense.weight.data, kernel.T.astype(np.float32))
+            _write(twin, dense.bias.data, bias)
+        interpreter = tf.lite.Interpreter(model_content=bytes(twin))
+        index = interpreter.get_input_details()[0]["index"]
+        interpreter.resize_tensor_input(index, list(rows.shape))
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(index, rows)
+        interpreter.invoke()
+        wanted = {twin_tensor for rule, twin_tensor in self.activations.values() if rule == "data"}
+        return {tensor: interpreter.get_tensor(tensor) for tensor in wanted}
+
+
+def _same_range(graph: Any, tensor: int, other: int) -> bool:
+    a, b = graph.tensors[tensor].quantization, graph.tensors[other].quantization
+    return (a is not None and b is not None and a.scale is not None and b.scale is not None
+            and np.array_equal(a.scale, b.scale) and np.array_equal(a.zeroPoint, b.zeroPoint))
+
+
+def asymmetric_int8(low: float, high: float) -> tuple[float, int]:
+    """TFLite's int8 activation parameters for values in [low, high] (widened to hold 0)."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    if high == low:
+        return 1.0, -128
+    scale = (high - low) / 255.0
+    zero_point = int(np.clip(_round(-128 - low / scale), -128, 127))
+    return float(np.float32(scale)), zero_point
+
+
+def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weights, scales): max |w| maps to 127, per output row or for the whole tensor."""
+    weights = weights.astype(np.float64)
+    if per_channel:
+        scale = np.abs(weights).max(axis=1) / 127.0
+    else:
+        scale = np.array(np.abs(weights).max() / 127.0)
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    shaped = scale.astype(np.float64).reshape(-1, 1) if per_channel else float(scale)
+    quantized = np.clip(_round(weights / shaped), -127, 127).astype(np.int8)
+    return quantized, scale
+
+
+def _round(x: Any) -> Any:
+    """Round half away from zero, as TFLite's quantizer does (numpy rounds half to even)."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def _all_tensors_as_outputs(flat: bytes) -> bytes:
+    """`flat` with every op's output made a graph output, so the interpreter keeps them all."""
+    model = _read_model(flat)
+    graph = model.subgraphs[0]
+    outputs = [int(i) for i in graph.outputs]
+    outputs += sorted({int(t) for op in graph.operators for t in op.outputs} - set(outputs))
+    graph.outputs = np.array(outputs, np.int32)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def _read(flat: bytes, stored: _Stored) -> np.ndarray:
+    start, size = stored.data
+    return np.frombuffer(flat, stored.dtype, size // np.dtype(stored.dtype).itemsize,
+                         start).reshape(stored.shape)
+
+
+def _read_scales(flat: bytes, stored: _Stored) -> np.ndarray:
+    return _read_f32(flat, *stored.scale)
+
+
+def _read_f32(flat: bytes, start: int, count: int) -> np.ndarray:
+    return np.frombuffer(flat, np.float32, count, start)
+
+
+def _write(out: bytearray, span: tuple[int, int], values: np.ndarray) -> None:
+    start, size = span
+    data = np.ascontiguousarray(values).tobytes()
+    if len(data) != size:
+        raise ValueError(f"{len(data)} bytes do not fit a slot of {size}")
+    out[start:start + size] = data

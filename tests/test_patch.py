@@ -1,0 +1,87 @@
+"""Patched broadcasts: a policy written by PolicyPatcher equals a fresh conversion."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_converter import recorded_observations
+
+from edge_rl.agents import get_algorithm
+from edge_rl.agents.base import resolve_defaults
+from edge_rl.config import TrainConfig
+from edge_rl.converters import convert
+from edge_rl.converters.patch import NotPatchable, PolicyPatcher
+from edge_rl.device import Policy, PolicyMetadata
+from edge_rl.device.envs import describe_env
+from edge_rl.tf_setup import tf
+
+CASES = {  # the exported networks of the three algorithms, on envs of their kind
+    "dqn": "CartPole-v1",  # dueling trunk + centered advantages (MEAN, SUB)
+    "td3": "HalfCheetah-v5",  # tanh scaled to the bounds (TANH, ADD, MUL)
+    "sac": "Pendulum-v1",  # mean and log-std head
+}
+
+
+def exported_network(algo: str):
+    env = CASES[algo]
+    factory = get_algorithm(algo)
+    config = resolve_defaults(factory, TrainConfig(env=env, algo=algo, hidden=(64, 64)))
+    shape, action = describe_env(env)
+    tf.keras.utils.set_random_seed(0)
+    built = factory.build(shape, action, config)
+    meta = PolicyMetadata(env_id=env, algo=algo, precision="int8", output=built.output_kind,
+                          observation_shape=shape, action=action)
+    return built.export_model, meta
+
+
+def train_a_little(layers, rng: np.random.Generator) -> None:
+    """Move every weight, as updates would (biases leave zero too)."""
+    for layer in layers:
+        layer.set_weights([w + rng.normal(scale=0.05, size=w.shape).astype(np.float32)
+                           for w in layer.get_weights()])
+
+
+@pytest.mark.parametrize("algo,precision", [("dqn", "int8"), ("td3", "int8"), ("sac", "int8"),
+                                            ("td3", "fp16"), ("dqn", "fp32")])
+def test_patched_policy_matches_a_fresh_conversion(algo, precision):
+    model, meta = exported_network(algo)
+    meta = replace(meta, precision=precision)
+    calibration = recorded_observations(CASES[algo], 500, seed=1)
+    test = recorded_observations(CASES[algo], 1000, seed=2)
+    patcher = PolicyPatcher(model, precision, calibration, meta)
+    rng = np.random.default_rng(0)
+    for version in (2, 3):
+        train_a_little(patcher.layers, rng)
+        new_meta = replace(meta, policy_version=version, train_step=1000 * version)
+        patched = Policy(patcher.write(calibration, new_meta))
+        fresh = Policy(convert(model, precision, calibration, new_meta))
+        assert patched.metadata == new_meta
+        gap = np.abs(patched.outputs(test) - fresh.outputs(test)).max()
+        if precision == "int8":
+            step = fresh.output_quantization[0]
+            assert step > 0
+            assert gap <= step * 1.001 + 1e-6, f"{gap} is more than one output step {step}"
+        else:
+            assert gap <= 1e-6
+
+
+def test_patching_keeps_the_models_weights_and_reflects_updates():
+    model, meta = exported_network("td3")
+    calibration = recorded_observations(CASES["td3"], 200, seed=1)
+    before = [w.copy() for w in model.get_weights()]
+    patcher = PolicyPatcher(model, "int8", calibration, meta)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    first = Policy(patcher.write(calibration, meta)).outputs(calibration)
+    train_a_little(patcher.layers, np.random.default_rng(1))
+    second = Policy(patcher.write(calibration, meta)).outputs(calibration)
+    assert np.abs(first - second).max() > 0.05  # the new weights are in the new file
+
+
+def test_a_network_without_biases_is_not_patchable():
+    inputs = tf.keras.Input((4,))
+    outputs = tf.keras.layers.Dense(2, use_bias=False)(tf.keras.layers.Dense(8)(inputs))
+    model = tf.keras.Model(inputs, outputs)
+    meta = PolicyMetadata(env_id="CartPole-v1", algo="dqn", precision="fp32", output="q_values",
+                          observation_shape=(4,), action={"kind": "discrete", "n": 2})
+    with pytest.raises(NotPatchable):
+        PolicyPatcher(model, "fp32", None, meta)

@@ -1,0 +1,86 @@
+"""Wall-clock to solve CartPole-v1: `edge-rl train` against TF-Agents' standard DQN loop.
+
+    python tools/cartpole_vs_tf_agents.py [--seeds 0 1 2] [--out DIR]
+
+For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475` (its
+defaults otherwise: one int8 actor process, greedy evaluation of 20 episodes every 2500 env
+steps) and then `tools/tf_agents_dqn.py` (the same network, optimizer, n-step targets,
+exploration schedule and evaluation protocol, in TF-Agents' driver + TFUniformReplayBuffer
+loop), one after the other so that neither shares the machine with the other. Each is timed
+as a whole process, from launch to exit (imports, set-up and evaluations included). Prints
+a markdown table and both medians; writes results.json under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EDGE_RL = str(Path(sys.executable).parent / "edge-rl")
+TARGET = 475.0
+
+
+def run(command: list[str], log: Path) -> float:
+    """Run `command` to the end with its output in `log`; returns its wall-clock seconds."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=True)
+    return time.perf_counter() - start
+
+
+def edge_rl_run(seed: int, out: Path) -> dict:
+    run_dir = out / f"edge-rl-{seed}"
+    seconds = run([EDGE_RL, "train", "--env", "CartPole-v1", "--algo", "dqn", "--seed",
+                   str(seed), "--target-return", str(TARGET), "--out", str(run_dir)],
+                  out / f"edge-rl-{seed}.log")
+    summary = json.loads(next(run_dir.rglob("summary.json")).read_text())
+    best = summary["best_return"] or {}
+    return {"loop": "edge-rl", "seed": seed, "process_seconds": round(seconds, 1),
+            "solved": best.get("mean", 0) >= TARGET, "env_steps": best.get("env_steps"),
+            "run_seconds": summary["wall_clock_seconds"]}
+
+
+def tf_agents_run(seed: int, out: Path) -> dict:
+    result_file = out / f"tf-agents-{seed}.json"
+    seconds = run([sys.executable, str(HERE / "tf_agents_dqn.py"), "--seed", str(seed),
+                   "--target-return", str(TARGET), "--json", str(result_file)],
+                  out / f"tf-agents-{seed}.log")
+    result = json.loads(result_file.read_text())
+    return {"loop": "tf-agents", "seed": seed, "process_seconds": round(seconds, 1),
+            "solved": result["solved"], "env_steps": result["env_steps"],
+            "run_seconds": result["wall_clock_seconds"], "eval_seconds": result["eval_seconds"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=Path("runs/cartpole-vs-tf-agents"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in args.seeds:
+        for one in (edge_rl_run, tf_agents_run):
+            results.append(one(seed, args.out))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+
+    print("| loop | seed | solved | env steps at solve | process wall-clock (s) |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['loop']} | {r['seed']} | {'yes' if r['solved'] else 'no'} | "
+              f"{r['env_steps']} | {r['process_seconds']:.1f} |")
+    medians = {loop: statistics.median(r["process_seconds"] for r in results if r["loop"] == loop)
+               for loop in ("edge-rl", "tf-agents")}
+    print(f"\nmedian wall-clock: edge-rl {medians['edge-rl']:.1f} s, TF-Agents "
+          f"{medians['tf-agents']:.1f} s; edge-rl / TF-Agents = "
+          f"{medians['edge-rl'] / medians['tf-agents']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
