@@ -176,8 +176,6 @@ class Training:
             count = max(0, due)  # all of them, before the ack: reproducible
         else:
             count = max(0, min(due, UPDATES_PER_CHUNK))
-        if count and self.first_update is None:
-            self.first_update = (time.monotonic(), self.learner.updates)
         done = 0
         while done < count:
             # Stop at the next publish point, so actors get the weights of exactly every
@@ -189,6 +187,8 @@ class Training:
             batch = self.replay.sample(chunk * self.config.batch_size)
             self.last_loss = self.learner.train(batch, chunk)
             done += chunk
+            if self.first_update is None:  # the clock starts once the graph is traced
+                self.first_update = (time.monotonic(), self.learner.updates)
             if self.learner.updates - self.last_publish_update >= self.config.publish_every:
                 self.publish()
         return count
@@ -255,8 +255,8 @@ class Training:
         self.stop_requested = True
 
     def update_rate(self) -> float | None:
-        """Updates/s from this session's first update to now (publishing, evaluations, and any
-        wait for the actors, included)."""
+        """Updates/s from this session's first chunk of updates to now (publishing,
+        evaluations, and any wait for the actors, included)."""
         if self.first_update is None:
             return None
         seconds = time.monotonic() - self.first_update[0]
@@ -299,8 +299,10 @@ class Training:
         server, port = start_server(
             LearnerService(run, self.exchange), config.port, max_workers=4 * config.actors + 8
         )
-        self.publish()
+        # Actors first: their start-up (a new interpreter, imports, envs) overlaps the first
+        # conversion; they wait for its policy.
         actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs")
+        self.publish()
         # Ctrl-C and SIGTERM only raise a flag that the loop checks between steps: an exception
         # raised in the middle of a TensorFlow call can leave it unable to write the final
         # checkpoint. A second Ctrl-C interrupts at once. The handler is set even when the run

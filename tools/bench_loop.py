@@ -74,7 +74,7 @@ from edge_rl.train import run_training
 ENV_ID = "HalfCheetah-v5"
 OBS_SHAPE, ACTION = describe_env(ENV_ID)
 SIZES = {"256x256": (256, 256), "1024x1024": (1024, 1024), "2048x2048x2048": (2048,) * 3}
-BATCH_TRANSITIONS = 64
+BATCH_TRANSITIONS = 256  # --batch-transitions of the measured actors (edge-rl's default: 64)
 PUBLISH_EVERY = TrainConfig.publish_every
 
 
@@ -88,7 +88,7 @@ def parse_args() -> argparse.Namespace:
     args.calls = 300 if args.quick else 2000  # latency samples per backend and size
     args.steps = 4_000 if args.quick else 30_000  # env steps per loop variant and size
     args.rounds = 2 if args.quick else 5
-    args.updates = 500 if args.quick else 3_000  # learner updates per variant and round
+    args.updates = 200 if args.quick else 1_000  # learner updates per variant and round
     args.publishes = 5 if args.quick else 20
     args.train_steps = 6_000 if args.quick else 16_000
     return args
@@ -431,7 +431,7 @@ def bench_training(args, algo: str, env_id: str) -> dict:
         config = TrainConfig(env=env_id, algo=algo, steps=args.train_steps, seed=args.seed,
                              out=str(Path(out) / "run"), warmup_steps=2_000,
                              eval_every=10**9, eval_episodes=1, checkpoint_every=10**9,
-                             num_envs=args.num_envs)
+                             num_envs=args.num_envs, batch_transitions=BATCH_TRANSITIONS)
         summary = run_training(config)
     return {"updates_per_s": summary["learner_updates_per_second"],
             "wall_clock_s": summary["wall_clock_seconds"], "updates": summary["updates"]}
@@ -471,8 +471,8 @@ def report(args, r: dict) -> None:
                      f"{lat['TF-Agents fp32'] / lat['LiteRT int8']:.0f}x"])
     print(table(["hidden", "TF-Agents fp32", "LiteRT fp32", "LiteRT int8",
                  "int8 vs LiteRT fp32", "int8 vs TF-Agents"], rows))
-    print(f"\n### {ENV_ID} steps/s (actor loop with gRPC inserts; median of {args.rounds} "
-          "rounds)\n")
+    print(f"\n### {ENV_ID} steps/s (actor loop with gRPC inserts of {BATCH_TRANSITIONS} "
+          f"transitions to a service in the same process; median of {args.rounds} rounds)\n")
     rows = []
     for size, rates in r["actors"]["steps_per_s"].items():
         env = rates["env only"]
@@ -482,9 +482,15 @@ def report(args, r: dict) -> None:
                          "-" if name == "env only" else f"{int8 / rate:.2f}x"])
     print(table(["hidden", "loop", "steps/s", "% of env only", f"int8 {n} envs / this"], rows))
     p = r["actor_process"]
-    print(f"\n### `edge-rl actor` process (LiteRT int8, 256x256, {n} envs)\n")
+    small = r["actors"]["steps_per_s"]["256x256"]
+    print(f"\n### `edge-rl actor` process (LiteRT int8, 256x256, {n} envs, batches of "
+          f"{BATCH_TRANSITIONS})\n")
     print(table(["what", "value"], [
         ["steps/s (batches arriving at the learner)", f"{p['steps_per_s']:,.0f}"],
+        ["steps/s / env only at 256x256 (section above)",
+         f"{p['steps_per_s'] / small['env only']:.0%}"],
+        ["steps/s / TF-Agents fp32, 1 env at 256x256 (section above)",
+         f"{p['steps_per_s'] / small['TF-Agents fp32, 1 env']:.1f}x"],
         ["peak RSS (VmHWM)", f"{p['peak_rss_mb']:.0f} MB"],
         ["spawn -> first batch at the learner (time to first action, upper bound)",
          f"{p['time_to_first_batch_s']:.2f} s"],
@@ -510,7 +516,7 @@ def report(args, r: dict) -> None:
         rows.append([key, f"{t['updates_per_s']:.0f}", f"{t['updates_per_s'] / base:.2f}",
                      f"{t['updates_per_s'] / graph:.2f}"])
     print(f"\n### Learner with an actor process attached (run_training, {args.train_steps} env "
-          "steps, 2000 warm-up, from the first update to the last)\n")
+          f"steps, 2000 warm-up, {n} envs; from the first chunk of updates to the last)\n")
     print(table(["run", "updates/s", "/ agent.train per call", "/ in-graph pre-built"], rows))
 
 
