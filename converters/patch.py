@@ -23,7 +23,6 @@ patcher is built; callers then convert every time.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,8 +41,6 @@ from edge_rl.converters.tflite import (
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.device.tflite_file import buffer_span, quantization_spans
 from edge_rl.tf_setup import tf
-
-log = logging.getLogger(__name__)
 
 _OP = schema.BuiltinOperator
 _TYPE = schema.TensorType
@@ -66,12 +63,10 @@ class NotPatchable(ValueError):
 class _Stored:
     """A constant tensor's numbers inside the file: where its data and quantization lie."""
 
-    tensor: int
     dtype: type
     shape: tuple[int, ...]
     data: tuple[int, int]  # (start, bytes)
     scale: tuple[int, int]  # (start, count) of float32 scales; count 0 if not quantized
-    zero_point: tuple[int, int]
 
 
 @dataclass
@@ -82,7 +77,18 @@ class _Dense:
     weight: _Stored
     bias: _Stored
     input_tensor: int
-    output_tensor: int
+
+
+@dataclass
+class _Activation:
+    """An int8 activation tensor: where its range comes from and where it is stored."""
+
+    tensor: int
+    rule: str  # "data" | "input" | "fixed" (the op's own range, kept as the template has it)
+    source: int  # "data": the twin tensor whose min and max give the range;
+    #              "input": the int8 tensor whose range it takes; "fixed": -1
+    scale_at: int  # file offset of its float32 scale
+    zero_point_at: int  # file offset of its int64 zero point
 
 
 class _Layout:
@@ -105,7 +111,7 @@ class _Layout:
                 raise NotPatchable(f"the converter dropped the bias of {layer.name}")
             weight = self.stored(inputs[1], producer)
             bias = self.stored(inputs[2], producer)
-            self.dense.append(_Dense(layer, weight, bias, inputs[0], int(op.outputs[0])))
+            self.dense.append(_Dense(layer, weight, bias, inputs[0]))
         self.metadata_data = self._metadata_span()
 
     def stored(self, index: int, producer: dict) -> _Stored:
@@ -119,14 +125,12 @@ class _Layout:
             raise NotPatchable(f"tensor {_text(tensor.name)!r} is computed, not stored")
         if tensor.type not in _STORED_DTYPES or not tensor.buffer:
             raise NotPatchable(f"tensor {_text(tensor.name)!r} has no stored data we can write")
-        scale_start, n_scale, zp_start, n_zp = quantization_spans(self.flat, index)
+        scale_start, n_scale, _, _ = quantization_spans(self.flat, index)
         return _Stored(
-            tensor=index,
             dtype=_STORED_DTYPES[tensor.type],
             shape=tuple(int(d) for d in tensor.shape),
             data=buffer_span(self.flat, int(tensor.buffer)),
             scale=(scale_start, n_scale),
-            zero_point=(zp_start, n_zp),
         )
 
     def _metadata_span(self) -> tuple[int, int]:
@@ -146,7 +150,6 @@ class PolicyPatcher:
 
     def __init__(self, model: Any, precision: str, calibration: np.ndarray | None,
                  metadata: PolicyMetadata):
-        self.model = model
         self.precision = precision
         self.observation_shape = tuple(int(d) for d in metadata.observation_shape)
         self.layers = [layer for layer in model.layers
@@ -186,9 +189,9 @@ class PolicyPatcher:
                     raise NotPatchable(f"{dense.layer.name}: stored values of shape "
                                        f"{values.shape} for a variable of shape {expected.shape}")
                 if stored.scale[1]:  # quantized: within half a step of the float value
-                    scales = _read_scales(layout.flat, stored)
-                    scales = scales.reshape(-1, *[1] * (values.ndim - 1)) if len(scales) > 1 \
-                        else scales[0]
+                    # one scale, or one per output row: shaped to broadcast over the values
+                    scales = _read_f32(layout.flat, *stored.scale)
+                    scales = scales.reshape(-1, *[1] * (values.ndim - 1))
                     close = np.abs(values * scales - expected) <= 0.51 * scales + 1e-7
                 else:
                     close = np.isclose(values.astype(np.float32), expected, rtol=1e-3, atol=1e-6)
@@ -196,35 +199,38 @@ class PolicyPatcher:
                     raise NotPatchable(f"{dense.layer.name}: the converted numbers are not the "
                                        "layer's (folded into another constant?)")
 
-    def _line_up_activations(self) -> dict[int, tuple[str, int]]:
-        """int8 activation tensor -> how its range is found, in execution order:
-        ("data", twin tensor) | ("input", int8 tensor whose range it takes) | ("fixed", -1)."""
+    def _line_up_activations(self) -> list[_Activation]:
+        """The int8 model's activations in execution order, each with how its range is found
+        and where its (scale, zero point) lie in the file."""
         model, graph = self.layout.model, self.layout.graph
+        graph_inputs, graph_outputs = set(graph.inputs), set(graph.outputs)
         twin_ops = list(self.twin.graph.operators)
-        plan: dict[int, tuple[str, int]] = {}
+        plan: list[_Activation] = []
         k = 0
         for op in graph.operators:
             code = _builtin(model, op)
             out = int(op.outputs[0])
-            if code == _OP.QUANTIZE and int(op.inputs[0]) in set(graph.inputs):
-                plan[out] = ("data", int(self.twin.graph.inputs[0]))
+            if code == _OP.DEQUANTIZE and out in graph_outputs:
                 continue
-            if code == _OP.DEQUANTIZE and out in set(graph.outputs):
-                continue
-            if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
-                raise NotPatchable("the int8 and fp32 graphs differ op by op")
-            twin_out = int(twin_ops[k].outputs[0])
-            k += 1
-            if code in _FIXED_RANGE:
-                plan[out] = ("fixed", -1)
-            elif code in _KEEPS_INPUT_RANGE and _same_range(graph, out, int(op.inputs[0])):
-                # The quantizer gave this op its input's range (it does so for some
-                # elementwise ops with a constant operand): do as it did.
-                plan[out] = ("input", int(op.inputs[0]))
-            elif code in _CALIBRATED:
-                plan[out] = ("data", twin_out)
+            if code == _OP.QUANTIZE and int(op.inputs[0]) in graph_inputs:
+                rule, source = "data", int(self.twin.graph.inputs[0])
             else:
-                raise NotPatchable(f"no int8 range rule for op {code} in the network")
+                if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
+                    raise NotPatchable("the int8 and fp32 graphs differ op by op")
+                twin_out = int(twin_ops[k].outputs[0])
+                k += 1
+                if code in _FIXED_RANGE:
+                    rule, source = "fixed", -1
+                elif code in _KEEPS_INPUT_RANGE and _same_range(graph, out, int(op.inputs[0])):
+                    # The quantizer gave this op its input's range (it does so for some
+                    # elementwise ops with a constant operand): do as it did.
+                    rule, source = "input", int(op.inputs[0])
+                elif code in _CALIBRATED:
+                    rule, source = "data", twin_out
+                else:
+                    raise NotPatchable(f"no int8 range rule for op {code} in the network")
+            scale_start, _, zero_point_start, _ = quantization_spans(self.layout.flat, out)
+            plan.append(_Activation(out, rule, source, scale_start, zero_point_start))
         return plan
 
     # -- writing -------------------------------------------------------------------------------
@@ -248,34 +254,31 @@ class PolicyPatcher:
         text = metadata.to_json()
         start, room = self.layout.metadata_data
         if len(text) > room:
-            return attach_metadata(bytes(out), metadata)  # rare: lose the in-place room once
+            return attach_metadata(bytes(out), metadata)  # rare: rebuild the file this once
         out[start:start + room] = text + b" " * (room - len(text))
         return bytes(out)
 
     def _write_int8(self, out: bytearray, weights: list, rows: np.ndarray) -> None:
         # 1. activation ranges, from the fp32 twin run on the calibration rows
         values = self._twin_tensors(weights, rows)
-        activation_scale: dict[int, float] = {}
-        activation_params: dict[int, tuple[float, int]] = {}
-        for tensor, (rule, twin_tensor) in self.activations.items():
-            spans = quantization_spans(self.layout.flat, tensor)
-            if rule == "fixed":
-                activation_scale[tensor] = float(_read_f32(self.layout.flat, spans[0], 1)[0])
+        params: dict[int, tuple[float, int]] = {}  # int8 tensor -> (scale, zero point)
+        for a in self.activations:
+            if a.rule == "fixed":
+                params[a.tensor] = (float(_read_f32(self.layout.flat, a.scale_at, 1)[0]), 0)
                 continue
-            if rule == "input":
-                scale, zero_point = activation_params[twin_tensor]
+            if a.rule == "input":
+                scale, zero_point = params[a.source]
             else:
-                data = values[twin_tensor]
+                data = values[a.source]
                 scale, zero_point = asymmetric_int8(float(data.min()), float(data.max()))
-            activation_params[tensor] = (scale, zero_point)
-            _write(out, (spans[0], 4), np.float32([scale]))
-            _write(out, (spans[2], 8), np.int64([zero_point]))
-            activation_scale[tensor] = scale
+            params[a.tensor] = (scale, zero_point)
+            _write(out, (a.scale_at, 4), np.float32([scale]))
+            _write(out, (a.zero_point_at, 8), np.int64([zero_point]))
         # 2. weights (symmetric int8) and biases (int32 at input scale x weight scale)
         for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
             per_channel = dense.weight.scale[1] > 1
             q_weight, weight_scale = symmetric_int8(kernel.T, per_channel)
-            bias_scale = (np.float64(activation_scale[dense.input_tensor])
+            bias_scale = (np.float64(params[dense.input_tensor][0])
                           * weight_scale.astype(np.float64))
             q_bias = _round(bias / bias_scale).astype(np.int64)
             q_bias = np.clip(q_bias, -(2**31) + 1, 2**31 - 1).astype(np.int32)
@@ -297,7 +300,7 @@ class PolicyPatcher:
         interpreter.allocate_tensors()
         interpreter.set_tensor(index, rows)
         interpreter.invoke()
-        wanted = {twin_tensor for rule, twin_tensor in self.activations.values() if rule == "data"}
+        wanted = {a.source for a in self.activations if a.rule == "data"}
         return {tensor: interpreter.get_tensor(tensor) for tensor in wanted}
 
 
@@ -349,10 +352,6 @@ def _read(flat: bytes, stored: _Stored) -> np.ndarray:
     start, size = stored.data
     return np.frombuffer(flat, stored.dtype, size // np.dtype(stored.dtype).itemsize,
                          start).reshape(stored.shape)
-
-
-def _read_scales(flat: bytes, stored: _Stored) -> np.ndarray:
-    return _read_f32(flat, *stored.scale)
 
 
 def _read_f32(flat: bytes, start: int, count: int) -> np.ndarray:

@@ -149,12 +149,12 @@ class Actor:
                 policy = puller.latest
                 outputs = policy.outputs(rollout.obs)
                 actions, deterministic = explorer(outputs, policy.greedy(outputs))
-                for batch in rollout.step(actions, deterministic):
-                    self.env_steps = rollout.env_steps
+                batches = rollout.step(actions, deterministic)
+                self.env_steps = rollout.env_steps
+                for batch in batches:
                     self._send(batch, policy.version, rollout.take_returns(), puller)
                     if hello.lockstep:
                         puller.fetch_now()
-                self.env_steps = rollout.env_steps
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                 log.info("learner went away (%s); actor stops", err.code().name)

@@ -119,17 +119,14 @@ class Explorer:
 
 
 def sac_sample(
-    mean_log_std: np.ndarray, low: np.ndarray, high: np.ndarray,
-    noise: np.random.Generator | np.ndarray,
+    mean_log_std: np.ndarray, low: np.ndarray, high: np.ndarray, noise: np.ndarray
 ) -> np.ndarray:
     """Sample tanh(N(mean, exp(log_std))) scaled to [low, high], as TF-Agents' SAC actor does.
 
-    `noise`: standard normal draws of the mean's shape, or a generator to draw them from.
+    `noise`: standard normal draws, one per action dimension of each row.
     """
     dim = mean_log_std.shape[-1] // 2
     mean = mean_log_std[..., :dim]
     log_std = np.clip(mean_log_std[..., dim:], LOG_STD_MIN, LOG_STD_MAX)
-    if isinstance(noise, np.random.Generator):
-        noise = noise.standard_normal(mean.shape)
     pre_tanh = mean + np.exp(log_std) * noise
     return squash_to_bounds(np.tanh(pre_tanh), low, high)

@@ -20,13 +20,15 @@ log = logging.getLogger(__name__)
 
 
 def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.Trajectory:
-    """A sampled minibatch as the [batch, 2] Trajectory TF-Agents' agents train on.
+    """Sampled minibatches as the [updates, batch, 2] Trajectory `Learner` trains on.
 
-    Element 0 carries the transition (reward, discount); element 1 only the next observation.
-    Both step types are MID: episode ends live in `discount` (see edge_rl.replay).
-    With updates = K > 1 the batch holds K minibatches, and every field gets a leading K.
+    `batch` holds `updates` minibatches one after another. Element 0 of the time axis carries
+    the transition (reward, discount); element 1 only the next observation. Both step types
+    are MID: episode ends live in `discount` (see edge_rl.replay).
     """
     n = batch["reward"].shape[0]
+    if n % updates:
+        raise ValueError(f"{n} transitions do not split into {updates} minibatches")
     mid = np.full((n, 2), int(ts.StepType.MID), np.int32)
     experience = trajectory.Trajectory(
         step_type=mid,
@@ -37,10 +39,6 @@ def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.
         reward=np.stack([batch["reward"], np.zeros(n, np.float32)], axis=1),
         discount=np.stack([batch["discount"], np.ones(n, np.float32)], axis=1),
     )
-    if updates == 1:
-        return experience
-    if n % updates:
-        raise ValueError(f"{n} transitions do not split into {updates} minibatches")
     return tf.nest.map_structure(lambda x: x.reshape(updates, n // updates, *x.shape[1:]),
                                  experience)
 
@@ -75,8 +73,7 @@ class Learner:
 
         Returns TF-Agents' LossInfo of the last one (tensors: read them only when logging).
         """
-        return self._train_many(to_trajectory(batch, updates) if updates > 1 else
-                                tf.nest.map_structure(lambda x: x[None], to_trajectory(batch)))
+        return self._train_many(to_trajectory(batch, updates))
 
     def _train_loop(self, experience: trajectory.Trajectory) -> Any:
         loss_info = self.agent.train(tf.nest.map_structure(lambda x: x[0], experience))

@@ -93,23 +93,22 @@ def pendulum_metadata(precision):
     )
 
 
+def converted(model, env_id: str, metadata) -> tuple:
+    """The network, observations (calibration, test) and its policy file at each precision."""
+    calibration = recorded_observations(env_id, 1000, seed=1)
+    test = recorded_observations(env_id, 2000, seed=2)
+    files = {p: convert(model, p, calibration, metadata(p)) for p in PRECISIONS}
+    return model, calibration, test, files
+
+
 @pytest.fixture(scope="module")
 def cartpole():
-    """The network, observations (calibration, test) and its policy file at each precision."""
-    model = cartpole_network()
-    calibration = recorded_observations("CartPole-v1", 1000, seed=1)
-    test = recorded_observations("CartPole-v1", 2000, seed=2)
-    files = {p: convert(model, p, calibration, cartpole_metadata(p)) for p in PRECISIONS}
-    return model, calibration, test, files
+    return converted(cartpole_network(), "CartPole-v1", cartpole_metadata)
 
 
 @pytest.fixture(scope="module")
 def pendulum():
-    model = pendulum_network()
-    calibration = recorded_observations("Pendulum-v1", 1000, seed=1)
-    test = recorded_observations("Pendulum-v1", 2000, seed=2)
-    files = {p: convert(model, p, calibration, pendulum_metadata(p)) for p in PRECISIONS}
-    return model, calibration, test, files
+    return converted(pendulum_network(), "Pendulum-v1", pendulum_metadata)
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,8 @@ def test_sac_sampling_matches_tf_agents_distribution():
     tf.random.set_seed(0)
     tf_samples = distribution.sample(100_000).numpy().reshape(-1, 2)
     outputs = actor.mean_log_std(observation).numpy()
-    device = sac_sample(np.repeat(outputs, 100_000, axis=0), low, high, np.random.default_rng(0))
+    noise = np.random.default_rng(0).standard_normal((100_000, outputs.shape[-1] // 2))
+    device = sac_sample(np.repeat(outputs, 100_000, axis=0), low, high, noise)
     np.testing.assert_allclose(device.mean(axis=0), tf_samples.mean(axis=0), atol=0.01)
     np.testing.assert_allclose(device.std(axis=0), tf_samples.std(axis=0), atol=0.01)
     assert device.min(axis=0)[1] >= 0.0 and device.max(axis=0)[0] <= 2.0

@@ -382,7 +382,7 @@ def bench_learner(args, algo: str, env_id: str) -> dict:
     batch, chunk = config.batch_size, 50  # edge_rl.train.UPDATES_PER_CHUNK
     calibration = replay.recent_observations(500)
     per_call = tf.function(learner.agent.train)
-    one = to_trajectory(replay.sample(batch))
+    one = tf.nest.map_structure(lambda x: x[0], to_trajectory(replay.sample(batch)))
     prebuilt = to_trajectory(replay.sample(batch * chunk), chunk)
     versions = iter(range(1, 10**9))
 
