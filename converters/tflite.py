@@ -55,13 +55,15 @@ def convert(
     precision: str,
     calibration: np.ndarray | None,
     metadata: PolicyMetadata,
+    sparse_encoding: bool = False,
 ) -> bytes:
     """A TFLite policy file (bytes) for a Keras `model` at `precision`, with `metadata` attached.
 
     precision: "fp32" (plain), "fp16" (float16 weights) or "int8" (int8 weights and
     activations, float32 input and output; needs `calibration`, rows of real observations of
     shape [n, *observation_shape], of which up to MAX_CALIBRATION_ROWS are used).
-    `metadata.precision` must name the same precision. Raises ValueError for bad arguments.
+    `metadata.precision` must name the same precision. `sparse_encoding` stores weights that
+    are mostly zero in TFLite's sparse format. Raises ValueError for bad arguments.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
@@ -93,6 +95,9 @@ def convert(
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = tf.float32
         converter.inference_output_type = tf.float32
+    if sparse_encoding:
+        converter.optimizations = [*converter.optimizations,
+                                   tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
     with _quiet_stderr():
         flat = converter.convert()
         _check_batches(flat, obs_shape)

@@ -11,6 +11,7 @@ from edge_rl.device.policy_file import (
     PolicyMetadata,
     output_quantization,
     read_policy_metadata,
+    unpack_policy,
     verify_model,
 )
 from edge_rl.device.runtime import Runtime, load_runtime
@@ -25,7 +26,7 @@ class Policy:
         runtime: Runtime | None = None,
         num_threads: int = 1,
     ):
-        self.model = bytes(model)
+        self.model = unpack_policy(model)
         self.metadata: PolicyMetadata = read_policy_metadata(self.model)
         verify_model(self.model)  # before an interpreter that does not verify can crash on it
         self.runtime = runtime or load_runtime()
@@ -50,6 +51,7 @@ class Policy:
                 f"the network takes inputs of shape {list(inputs[0]['shape'][1:])}, the metadata "
                 f"says observations have shape {list(meta.observation_shape)}"
             )
+        self.low = self.high = None
         if meta.action["kind"] == "continuous":
             self.low = np.asarray(meta.action["low"], np.float32)
             self.high = np.asarray(meta.action["high"], np.float32)
@@ -85,14 +87,7 @@ class Policy:
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         """The noise-free action for each row of network outputs."""
-        kind = self.metadata.output
-        if kind == "q_values":
-            return np.argmax(outputs, axis=-1).astype(np.int64)
-        if kind == "action":
-            return np.clip(outputs, self.low, self.high)
-        # mean_log_std: the tanh-squashed Gaussian's mode, scaled to the bounds
-        mean = outputs[..., : outputs.shape[-1] // 2]
-        return squash_to_bounds(np.tanh(mean), self.low, self.high)
+        return greedy_actions(self.metadata.output, outputs, self.low, self.high)
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         """Greedy actions for a batch of observations (shape [batch, *observation_shape])."""
@@ -102,6 +97,18 @@ class Policy:
 def _first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def greedy_actions(output_kind: str, outputs: np.ndarray, low: np.ndarray | None,
+                   high: np.ndarray | None) -> np.ndarray:
+    """The noise-free actions for rows of a policy network's outputs (see PolicyMetadata.output):
+    argmax of Q-values, the clipped action, or the squashed Gaussian's mode."""
+    if output_kind == "q_values":
+        return np.argmax(outputs, axis=-1).astype(np.int64)
+    if output_kind == "action":
+        return np.clip(outputs, low, high)
+    mean = outputs[..., : outputs.shape[-1] // 2]
+    return squash_to_bounds(np.tanh(mean), low, high)
 
 
 def squash_to_bounds(unit: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

@@ -3,11 +3,16 @@
 The metadata is a JSON document in the .tflite model's `metadata` table under the name
 `METADATA_NAME`: env id, observation and action specs, action bounds, algorithm, precision,
 what the network outputs, policy version and training step.
+
+A sparse network's policy travels and is stored xz-compressed (`pack_policy`): its int8 zeros
+compress well, and the stdlib's lzma is on every board. Everything that reads a policy file
+accepts either form (`unpack_policy`).
 """
 
 from __future__ import annotations
 
 import json
+import lzma
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,11 +21,14 @@ from edge_rl.device.tflite_file import output_quantization, read_metadata_entrie
 
 __all__ = [
     "METADATA_NAME", "OUTPUT_KINDS", "PolicyFileError", "PolicyMetadata", "output_quantization",
-    "read_metadata_entries", "read_policy_metadata", "verify_model",
+    "pack_policy", "read_metadata_entries", "read_policy_metadata", "unpack_policy", "verify_model",
 ]
 
 METADATA_NAME = "edge_rl.policy"
 METADATA_FORMAT = 1
+
+XZ_MAGIC = b"\xfd7zXZ\x00"
+MAX_POLICY_BYTES = 256 << 20  # a policy that unpacks to more than this is refused
 
 # What the network's single output means; the device turns it into an action.
 OUTPUT_KINDS = ("q_values", "action", "mean_log_std")
@@ -80,9 +88,29 @@ def _check_action(action: Any) -> None:
         raise PolicyFileError(f"policy metadata names an unknown action kind {kind!r}")
 
 
+def pack_policy(model: bytes, preset: int = 6) -> bytes:
+    """The policy file xz-compressed (what sparse policies are sent and stored as)."""
+    return lzma.compress(model, format=lzma.FORMAT_XZ, preset=preset)
+
+
+def unpack_policy(data: bytes) -> bytes:
+    """The .tflite bytes of a policy file, compressed (`pack_policy`) or not."""
+    data = bytes(data)
+    if not data.startswith(XZ_MAGIC):
+        return data
+    unpacker = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    try:
+        model = unpacker.decompress(data, max_length=MAX_POLICY_BYTES)
+    except lzma.LZMAError as err:
+        raise PolicyFileError(f"the compressed policy file is corrupt: {err}") from None
+    if not unpacker.eof:
+        raise PolicyFileError("the compressed policy file is truncated or too large")
+    return model
+
+
 def read_policy_metadata(model: bytes) -> PolicyMetadata:
     """The edge-rl metadata of a policy file; a clear error when it has none."""
-    entries = read_metadata_entries(model)
+    entries = read_metadata_entries(unpack_policy(model))
     if METADATA_NAME not in entries:
         raise PolicyFileError(
             "this .tflite file has no edge-rl policy metadata (export it with `edge-rl export`)"

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from edge_rl.config import PRECISIONS, TrainConfig
 from edge_rl.device.errors import UserError
+from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
 # Flags of `edge-rl train` that map one-to-one onto TrainConfig fields.
 TRAIN_FIELDS = (
@@ -22,6 +23,9 @@ TRAIN_FIELDS = (
     "target_return", "lockstep", "hidden", "learning_rate", "batch_size", "updates_per_step",
     "warmup_steps", "replay_capacity", "nstep", "num_envs", "batch_transitions",
     "max_in_flight", "eval_every", "eval_episodes", "checkpoint_every", "port", "gamma",
+    "sparsity", "critic_sparsity", "topology", "topology_interval", "drop_fraction",
+    "topology_end", "distribution", "tiny", "critic_hidden", "rlx2", "delayed_nstep",
+    "nstep_delay", "dynamic_buffer", "buffer_check_interval", "buffer_threshold", "buffer_min",
 )
 
 
@@ -85,7 +89,8 @@ def cli(verbose: bool) -> None:
 @click.option("--updates-per-step", type=float, help="Learner updates per env step inserted.")
 @click.option("--warmup-steps", type=int, help="Env steps before the first update.")
 @click.option("--replay-capacity", type=int)
-@click.option("--nstep", type=int, help="n-step returns.  [default: 3 for dqn, else 1]")
+@click.option("--nstep", type=int,
+              help="n-step returns.  [default: 3 for dqn and --delayed-nstep, else 1]")
 @click.option("--gamma", type=float, help="Discount.  [default: 0.99]")
 @click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]")
 @click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]")
@@ -94,6 +99,38 @@ def cli(verbose: bool) -> None:
 @click.option("--eval-episodes", type=int, help="Episodes per evaluation.  [default: 20]")
 @click.option("--checkpoint-every", type=int, help="Env steps between checkpoints.")
 @click.option("--port", type=int, help="gRPC port on 127.0.0.1 (0: any free).  [default: 0]")
+@click.option("--sparsity", type=float,
+              help="Sparse networks: the actor's (DQN: the Q-network's) sparsity, e.g. 0.9.")
+@click.option("--critic-sparsity", type=float, help="The critics' sparsity.  [default: --sparsity]")
+@click.option("--topology", type=click.Choice(TOPOLOGIES),
+              help="How masks evolve: RigL, SET, a fixed random mask, gradual magnitude pruning "
+                   "(TFMOT), or dense.  [default: rigl with a sparsity, else dense]")
+@click.option("--topology-interval", type=int,
+              help="Env steps between topology updates (prune: a tenth).  [default: 10000]")
+@click.option("--drop-fraction", type=float,
+              help="Fraction of active weights replaced at first; cosine to 0.  [default: 0.5]")
+@click.option("--topology-end", type=int,
+              help="Env step of the last topology update.  [default: --steps]")
+@click.option("--distribution", type=click.Choice(DISTRIBUTIONS),
+              help="How sparsity is spread over layers.  [default: erk]")
+@click.option("--tiny", is_flag=True, default=None,
+              help="Train a dense network with the sparse one's parameter count instead.")
+@click.option("--critic-hidden", callback=parse_hidden,
+              help="Critic layer sizes.  [default: --hidden]")
+@click.option("--rlx2", is_flag=True, default=None,
+              help="RLx2: --delayed-nstep and --dynamic-buffer.")
+@click.option("--delayed-nstep", is_flag=True, default=None,
+              help="1-step TD targets until --nstep-delay, then --nstep (default 3).")
+@click.option("--nstep-delay", type=int,
+              help="Env steps of 1-step targets.  [default: 10% of --steps]")
+@click.option("--dynamic-buffer", is_flag=True, default=None,
+              help="Drop the oldest 10% of replay when it is too off-policy.")
+@click.option("--buffer-check-interval", type=int,
+              help="Env steps between policy-distance checks.  [default: 10000]")
+@click.option("--buffer-threshold", type=float,
+              help="Policy distance above which replay shrinks.  [default: 0.2]")
+@click.option("--buffer-min", type=int,
+              help="Replay never shrinks below this.  [default: --replay-capacity / 10]")
 def train(resume: bool, config_file: str | None, **flags) -> None:
     """Train a policy: a TF-Agents learner with actors exploring over gRPC."""
     given = {k: v for k, v in flags.items() if v is not None}

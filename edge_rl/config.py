@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_rl.device.errors import UserError
+from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
 PRECISIONS = ("int8", "fp16", "fp32")
 
@@ -54,11 +55,46 @@ class TrainConfig:
     checkpoint_every: int | None = None  # env steps between checkpoints
     port: int = 0  # gRPC port on 127.0.0.1; 0 picks a free one
 
+    # sparse networks (RigL on TFMOT; see edge_rl.sparse)
+    sparsity: float = 0.0  # of the actor (DQN: the Q-network); 0 = dense
+    critic_sparsity: float | None = None  # None: the same as sparsity
+    topology: str | None = None  # rigl|set|static|prune|dense; None: rigl if sparse, else dense
+    topology_interval: int = 10_000  # env steps between topology updates
+    drop_fraction: float = 0.5  # zeta at the start; cosine-annealed to 0 at topology_end
+    topology_end: int | None = None  # env steps; None: the end of training
+    distribution: str = "erk"  # erk | uniform: how sparsity is spread over the layers
+    tiny: bool = False  # a dense network with the sparse one's parameter count instead
+    critic_hidden: tuple[int, ...] | None = None  # None: hidden (--tiny sets its own)
+
+    # RLx2 value learning (--rlx2 turns on both)
+    rlx2: bool = False
+    delayed_nstep: bool = False  # n = 1 until nstep_delay env steps, then nstep
+    nstep_delay: int | None = None  # None: 10% of steps
+    dynamic_buffer: bool = False  # shrink replay when its oldest data is off-policy
+    buffer_check_interval: int = 10_000  # env steps between policy-distance checks
+    buffer_threshold: float = 0.2  # policy distance above which the oldest 10% go
+    buffer_min: int | None = None  # None: replay_capacity // 10
+
     # algorithm-specific settings (epsilon schedule, noise, target updates, ...)
     algo_options: dict[str, Any] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def is_sparse(self) -> bool:
+        """Networks are wrapped for pruning (any topology but dense)."""
+        return self.topology not in (None, "dense")
+
+    @property
+    def critic_layers(self) -> tuple[int, ...] | None:
+        return self.critic_hidden or self.hidden
+
+    @property
+    def sparsities(self) -> dict[str, float]:
+        """Target sparsity per role (see edge_rl.agents.base.SparseGroup)."""
+        critic = self.sparsity if self.critic_sparsity is None else self.critic_sparsity
+        return {"actor": self.sparsity, "critic": critic}
 
     def validate(self) -> None:
         if self.actor_precision not in PRECISIONS:
@@ -75,11 +111,27 @@ class TrainConfig:
             raise UserError("--lockstep runs exactly one actor (drop --actors or set it to 1)")
         if not 0.0 < self.gamma <= 1.0:
             raise UserError("gamma must be in (0, 1]")
+        for name, value in self.sparsities.items():
+            if not 0.0 <= value < 1.0:
+                flag = "--sparsity" if name == "actor" else "--critic-sparsity"
+                raise UserError(f"{flag} must be in [0, 1), not {value}")
+        if self.topology is not None and self.topology not in TOPOLOGIES:
+            raise UserError(f"--topology must be one of {', '.join(TOPOLOGIES)}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise UserError(f"--distribution must be one of {', '.join(DISTRIBUTIONS)}")
+        if not 0.0 <= self.drop_fraction <= 1.0:
+            raise UserError("--drop-fraction must be in [0, 1]")
+        for name in ("topology_interval", "buffer_check_interval"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if self.buffer_threshold < 0:
+            raise UserError("--buffer-threshold must not be negative")
 
     def to_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
-        if self.hidden is not None:
-            doc["hidden"] = list(self.hidden)
+        for name in ("hidden", "critic_hidden"):
+            if getattr(self, name) is not None:
+                doc[name] = list(getattr(self, name))
         return doc
 
     @classmethod
@@ -89,8 +141,9 @@ class TrainConfig:
         if unknown:
             raise UserError(f"unknown config keys: {', '.join(unknown)}")
         doc = dict(doc)
-        if doc.get("hidden") is not None:
-            doc["hidden"] = tuple(int(h) for h in doc["hidden"])
+        for name in ("hidden", "critic_hidden"):
+            if doc.get(name) is not None:
+                doc[name] = tuple(int(h) for h in doc[name])
         return cls(**doc)
 
     def save(self, path: Path) -> None:

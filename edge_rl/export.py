@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import lzma
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +17,9 @@ from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import evaluate
 from edge_rl.device.policy import Policy
-from edge_rl.device.policy_file import read_policy_metadata
+from edge_rl.device.policy_file import PolicyFileError, pack_policy, read_policy_metadata
+
+XZ_EXPORT_PRESET = 9 | lzma.PRESET_EXTREME  # exports are written once: squeeze hard
 
 
 def export_run(
@@ -31,8 +35,8 @@ def export_run(
         raise UserError(f"{run_dir} has no evaluated policy yet (train it first)")
     config = TrainConfig.load(run_dir / "config.json")
     factory = get_algorithm(config.algo)
-    config = resolve_defaults(factory, config)
     observation_shape, action = describe_env(config.env)
+    config = resolve_defaults(factory, config, observation_shape, action)
 
     from edge_rl.converters import compare_policies, convert, verification_report
     from edge_rl.learner import Learner
@@ -45,20 +49,32 @@ def export_run(
     if len(holdout) == 0:
         holdout = calibration
 
-    def build(p: str) -> bytes:
+    def build(p: str, sparse_encoding: bool = False) -> bytes:
         meta = learner.metadata(p, published.policy_version, config.env)
         meta = dataclasses.replace(meta, train_step=published.train_step)
-        return convert(learner.built.export_model, p, calibration, meta)
+        return convert(learner.built.export_model, p, calibration, meta, sparse_encoding)
 
     model = build(precision)
     path = Path(output) if output else run_dir / f"policy-{precision}.tflite"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes(path, model)
 
-    reference = Policy(build("fp32")) if precision != "fp32" else Policy(model)
+    fp32 = build("fp32") if precision != "fp32" else model
+    reference = Policy(fp32)
     candidate = Policy(model)
     comparison = compare_policies(reference, candidate, holdout)
     lines = [f"wrote {path}", verification_report(comparison, candidate, reference)]
+    lines += sparsity_lines(learner)
+    if config.is_sparse:
+        compact, how = smallest_loadable(model, build(precision, sparse_encoding=True))
+        compact_path = path.with_name(path.name + (".xz" if how.startswith("xz") else "-sparse"))
+        if compact is not model:
+            write_bytes(compact_path, compact)
+            lines.append(f"wrote {compact_path} ({how})")
+        lines.append(size_line(model, compact, how, fp32))
+    else:
+        lines.append(f"size: {len(model)} bytes; dense fp32 {len(fp32)} bytes "
+                     f"({len(fp32) / len(model):.1f}x)")
     if verify_episodes > 0:
         for name, policy in (("fp32", reference), (precision, candidate)):
             result = evaluate(policy, config.env, episodes=verify_episodes)
@@ -67,3 +83,46 @@ def export_run(
                 f"over {verify_episodes} episodes"
             )
     return lines
+
+
+def sparsity_lines(learner: Any) -> list[str]:
+    """The exported network's layers: active weights of each kernel."""
+    from edge_rl.sparse.accounting import dense_layers
+
+    lines = []
+    total = active = 0
+    for name, kernel, mask in dense_layers(learner.built.actor_network):
+        on = int(np.count_nonzero(mask.numpy() if mask is not None else kernel.numpy()))
+        size = int(np.prod(kernel.shape))
+        total, active = total + size, active + on
+        lines.append(f"  {name} {list(kernel.shape)}: {on} of {size} weights "
+                     f"({1 - on / size:.1%} sparse)")
+    return [f"actor network: {1 - active / total:.1%} sparse", *lines]
+
+
+def smallest_loadable(model: bytes, sparse_encoded: bytes) -> tuple[bytes, str]:
+    """The smallest form of a sparse policy that the device runtime loads: the file, TFLite's
+    sparse encoding, or either one xz-compressed."""
+    candidates = [
+        (model, "int8"),
+        (sparse_encoded, "TFLite sparse encoding"),
+        (pack_policy(model, XZ_EXPORT_PRESET), "xz of the int8 file"),
+        (pack_policy(sparse_encoded, XZ_EXPORT_PRESET), "xz of the TFLite sparse encoding"),
+    ]
+    for data, how in sorted(candidates, key=lambda c: len(c[0])):
+        try:
+            Policy(data)
+        except PolicyFileError:
+            continue
+        return data, how
+    return model, "int8"
+
+
+def size_line(model: bytes, compact: bytes, how: str, fp32: bytes) -> str:
+    from edge_rl.converters.size import entropy_bound_bytes
+
+    bound = entropy_bound_bytes(model)
+    return (f"size: int8 {len(model)} bytes, {how} {len(compact)} bytes: "
+            f"{len(fp32) / len(compact):.1f}x smaller than dense fp32 ({len(fp32)} bytes); "
+            f"entropy bound of the int8 masks and values {bound} bytes "
+            f"({len(fp32) / bound:.1f}x)")

@@ -58,6 +58,15 @@ class Learner:
         self.action = action
         self.built: BuiltAgent = factory.build(self.observation_shape, action, config)
         self.agent = self.built.agent
+        self.topology = None  # edge_rl.sparse.topology.Topology for sparse networks
+        if config.is_sparse:
+            from edge_rl.sparse.topology import Topology
+
+            self.topology = Topology.build(
+                self.built.groups, config.sparsities, config.topology, config.distribution,
+                seed=config.seed, drop_fraction=config.drop_fraction,
+                end_step=config.topology_end,
+            )
         # Several updates per call, looped inside one graph: calling agent.train once per
         # update costs ~0.3-1 ms of Python and dispatch overhead each time on this stack.
         self._train_many = tf.function(self._train_loop, reduce_retracing=True)
@@ -80,6 +89,30 @@ class Learner:
         for k in tf.range(1, tf.shape(experience.reward)[0]):
             loss_info = self.agent.train(tf.nest.map_structure(lambda x, k=k: x[k], experience))
         return loss_info
+
+    def update_topology(self, env_steps: int, batch: dict[str, np.ndarray]) -> list:
+        """One topology update of the sparse networks (RigL grows by the dense gradient of
+        each group's loss on `batch`, one minibatch). Returns the changes per layer."""
+        from edge_rl.sparse.topology import kernel_gradients
+
+        gradients = None
+        if self.topology.method == "rigl":
+            experience = tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]),
+                                               to_trajectory(batch, 1))
+            losses = self.built.losses(experience)
+            gradients = kernel_gradients(self.topology, losses)
+        return self.topology.update(env_steps, gradients)
+
+    def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
+        """The fp32 network's noise-free actions (what an actor stores as deterministic)."""
+        from edge_rl.device.policy import greedy_actions
+
+        outputs = self.built.export_model(np.asarray(observations, np.float32), training=False)
+        low = high = None
+        if self.action["kind"] == "continuous":
+            low = np.asarray(self.action["low"], np.float32)
+            high = np.asarray(self.action["high"], np.float32)
+        return greedy_actions(self.built.output_kind, outputs.numpy(), low, high)
 
     def metadata(self, precision: str, version: int, env_id: str) -> PolicyMetadata:
         return PolicyMetadata(

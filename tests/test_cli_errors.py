@@ -3,6 +3,8 @@
 import pytest
 from conftest import edge_rl
 
+from edge_rl.device.policy_file import pack_policy
+
 
 def check_one_line_error(result, fragment):
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
@@ -25,6 +27,11 @@ def check_one_line_error(result, fragment):
         (["train", "--resume"], "--resume needs --out"),
         (["train", "--config", "/nonexistent/config.json"], "no config file"),
         (["train", "--no-such-flag"], "No such option"),
+        (["train", "--sparsity", "1.5"], "--sparsity must be in [0, 1)"),
+        (["train", "--topology", "set"], "--topology set needs --sparsity"),
+        (["train", "--topology", "dense", "--sparsity", "0.9"], "trains dense networks"),
+        (["train", "--tiny"], "--tiny needs --sparsity"),
+        (["train", "--sparsity", "0.9", "--drop-fraction", "2"], "--drop-fraction must be"),
         (["export", "/nonexistent/run", "--int8"], "no run directory"),
         (["eval", "/nonexistent/policy.tflite"], "no policy file"),
     ],
@@ -44,6 +51,8 @@ def test_corrupt_and_truncated_policy_files(cartpole_policy, tmp_path):
         "random.tflite": bytes(range(256)) * 20,
         "truncated.tflite": data[: len(data) // 2],
         "empty.tflite": b"",
+        "corrupt.tflite.xz": pack_policy(data)[:40] + bytes(200),
+        "truncated.tflite.xz": pack_policy(data)[:-20],
     }
     for name, content in cases.items():
         path = tmp_path / name
@@ -66,3 +75,15 @@ def test_eval_runs_a_policy_and_names_its_runtime(cartpole_policy):
     result = edge_rl("eval", cartpole_policy, "--episodes", "2", "--runtime", "tflite_runtime")
     assert result.returncode == 0, result.stderr
     assert "runtime: tflite_runtime" in result.stdout
+
+
+def test_eval_runs_an_xz_packed_policy(cartpole_policy, tmp_path):
+    packed = tmp_path / "cartpole.tflite.xz"
+    packed.write_bytes(pack_policy(cartpole_policy.read_bytes()))
+    plain = edge_rl("eval", cartpole_policy, "--episodes", "2")
+    result = edge_rl("eval", packed, "--episodes", "2")
+    assert result.returncode == 0, result.stderr
+    def mean_return(stdout):
+        return stdout.split("return:")[1].split()[0]
+
+    assert mean_return(result.stdout) == mean_return(plain.stdout)

@@ -6,12 +6,27 @@ to the actors and what its output means, and says how each actor explores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edge_rl.config import TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
+
+
+@dataclass
+class SparseGroup:
+    """Networks that share a sparsity and a loss: TD3's actor; its two critics; DQN's Q."""
+
+    name: str  # "actor" | "critic" | "q"
+    role: str  # whose sparsity applies: "actor" (--sparsity) or "critic" (--critic-sparsity)
+    networks: list  # the online networks the group's loss trains
+    targets: list  # their target networks, in the same order ([] if none)
+    optimizer: Any  # the group's MaskedAdam
+    # (forward, backward) passes of one network of the group per sample and update, for the
+    # FLOPs count (see edge_rl.sparse.flops)
+    passes: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass
@@ -23,6 +38,10 @@ class BuiltAgent:
     output_kind: str  # "q_values" | "action" | "mean_log_std" (see device.policy_file)
     optimizers: dict[str, Any]  # checkpointed with the agent
     actor_network: Any  # the network whose weights the exported model shares
+    groups: list[SparseGroup] = field(default_factory=list)
+    # experience -> {group name: a zero-argument callable computing that group's loss}; the
+    # dense gradient of that loss is what RigL grows connections by
+    losses: Callable[[Any], dict[str, Callable[[], Any]]] | None = None
 
 
 class AgentFactory(Protocol):
@@ -39,6 +58,11 @@ class AgentFactory(Protocol):
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         """How actor number `actor_index` explores."""
 
+    def layer_shapes(self, observation_shape: tuple[int, ...], action: dict,
+                     hidden: tuple[int, ...]) -> dict[str, list[tuple[int, int]]]:
+        """Per sparsity role ("actor", "critic"), the Dense kernels of one network with these
+        hidden sizes (for `--tiny`)."""
+
 
 def check_action_space(factory: AgentFactory, env_id: str, action: dict) -> None:
     """An algorithm that cannot drive this action space is a user mistake."""
@@ -51,8 +75,70 @@ def check_action_space(factory: AgentFactory, env_id: str, action: dict) -> None
         )
 
 
-def resolve_defaults(factory: AgentFactory, config: TrainConfig) -> TrainConfig:
-    """Fill the fields left at None with the algorithm's defaults."""
+def resolve_defaults(factory: AgentFactory, config: TrainConfig,
+                     observation_shape: tuple[int, ...] | None = None,
+                     action: dict | None = None) -> TrainConfig:
+    """Fill the fields left at None: RLx2's and the sparse options' defaults, then the
+    algorithm's. Resolving a resolved config changes nothing. `--tiny` needs the env's
+    `observation_shape` and `action`."""
+    config = _resolve_rlx2(config)
+    config = _resolve_algorithm(factory, config)
+    return _resolve_sparse(factory, config, observation_shape, action)
+
+
+def _resolve_rlx2(config: TrainConfig) -> TrainConfig:
+    changes: dict[str, Any] = {}
+    if config.rlx2:
+        changes.update(delayed_nstep=True, dynamic_buffer=True)
+    if changes.get("delayed_nstep", config.delayed_nstep):
+        if config.nstep is None:
+            changes["nstep"] = 3  # RLx2's n
+        if config.nstep_delay is None:
+            changes["nstep_delay"] = config.steps // 10  # as 300k of the paper's 3M steps
+    if config.buffer_min is None:
+        changes["buffer_min"] = config.replay_capacity // 10  # as 1e5 of the paper's 1e6
+    return config.replace(**changes)
+
+
+def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
+                    observation_shape: tuple[int, ...] | None, action: dict | None
+                    ) -> TrainConfig:
+    from edge_rl.sparse.distribution import layer_densities, parameter_count, tiny_hidden
+
+    sparse_given = max(config.sparsities.values()) > 0
+    changes: dict[str, Any] = {}
+    if config.topology_end is None:
+        changes["topology_end"] = config.steps
+    if config.tiny:
+        if config.topology == "dense":  # resolved before: the widths are set
+            return config.replace(**changes)
+        if config.topology is not None:
+            raise UserError("--tiny trains a dense network: drop --topology")
+        if not sparse_given:
+            raise UserError("--tiny needs --sparsity (the sparse network whose size it matches)")
+        if observation_shape is None or action is None:
+            raise ValueError("--tiny is resolved with the env's specs")
+        hidden = {"actor": config.hidden, "critic": config.critic_layers}
+        for role, sparsity in config.sparsities.items():
+            def shapes_for(sizes, role=role):
+                return factory.layer_shapes(observation_shape, action, sizes).get(role, [])
+            shapes = shapes_for(hidden[role])
+            if not shapes:
+                continue
+            densities = layer_densities(shapes, sparsity, config.distribution)
+            hidden[role] = tiny_hidden(shapes_for, hidden[role],
+                                       parameter_count(shapes, densities))
+        changes.update(topology="dense", hidden=hidden["actor"], critic_hidden=hidden["critic"])
+    elif config.topology is None:
+        changes["topology"] = "rigl" if sparse_given else "dense"
+    elif config.topology == "dense" and sparse_given:
+        raise UserError("--topology dense trains dense networks: drop --sparsity")
+    elif config.topology != "dense" and not sparse_given:
+        raise UserError(f"--topology {config.topology} needs --sparsity")
+    return config.replace(**changes)
+
+
+def _resolve_algorithm(factory: AgentFactory, config: TrainConfig) -> TrainConfig:
     changes = {
         name: value for name, value in factory.defaults.items()
         if name != "algo_options" and getattr(config, name) is None

@@ -3,14 +3,16 @@ epsilon-greedy actors."""
 
 from __future__ import annotations
 
+import numpy as np
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.utils import common
 
-from edge_rl.agents.base import BuiltAgent
-from edge_rl.agents.networks import DuelingQNetwork, export_model
+from edge_rl.agents.base import BuiltAgent, SparseGroup
+from edge_rl.agents.networks import DuelingQNetwork, export_model, mlp_shapes
 from edge_rl.agents.specs import tf_specs
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
 
 
@@ -39,8 +41,9 @@ class DQN:
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)
-        net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden)
-        optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,
+                              config.is_sparse)
+        optimizer = MaskedAdam(learning_rate=config.learning_rate)
         agent = dqn_agent.DdqnAgent(
             time_step_spec,
             action_spec,
@@ -56,7 +59,24 @@ class DQN:
         # Actors get the centered advantages A - mean(A): same argmax as Q, but on the scale
         # of the gaps between actions, which int8 can resolve (see DuelingQNetwork).
         advantages = export_model(observation_shape, net.greedy_layers)
-        return BuiltAgent(agent, advantages, "q_values", {"optimizer": optimizer}, net)
+        # One network, exported to the actors, so the actor's sparsity applies. Forward: the
+        # online network on both observations (double Q) and the target; backward: the loss.
+        groups = [SparseGroup("q", "actor", [net], [agent._target_q_network], optimizer,
+                              passes=(3, 1))]
+
+        def losses(experience):
+            return {"q": lambda: agent.loss(experience, training=True).loss}
+
+        return BuiltAgent(agent, advantages, "q_values", {"optimizer": optimizer}, net,
+                          groups, losses)
+
+    def layer_shapes(self, observation_shape, action, hidden):
+        trunk = mlp_shapes(int(np.prod(observation_shape)), hidden[:-2], hidden[-2]) \
+            if len(hidden) > 1 else []
+        head_in = hidden[-2] if len(hidden) > 1 else int(np.prod(observation_shape))
+        value = mlp_shapes(head_in, hidden[-1:], 1)
+        advantage = mlp_shapes(head_in, hidden[-1:], action["n"])
+        return {"actor": trunk + value + advantage}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         options = config.algo_options

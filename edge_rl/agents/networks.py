@@ -1,4 +1,4 @@
-"""Networks built from plain Dense layers, so later code can wrap each layer (TFMOT).
+"""Networks built from plain Dense layers, each wrapped for pruning (TFMOT) when sparse.
 
 TF-Agents' own ActorNetwork, CriticNetwork and ActorDistributionNetwork create their Dense
 layers internally; these keep the layers in view and give the exported Keras model the same
@@ -12,16 +12,14 @@ from tf_agents.distributions import utils as distribution_utils
 from tf_agents.networks import network, sequential
 from tf_agents.specs import distribution_spec, tensor_spec
 
+from edge_rl.sparse.masks import dense, unwrap
 from edge_rl.tf_setup import tf
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the same clip edge_rl.device.exploration applies
 
 
-def dense_stack(hidden: tuple[int, ...], name: str) -> list:
-    return [
-        tf.keras.layers.Dense(units, activation="relu", name=f"{name}_dense_{i}")
-        for i, units in enumerate(hidden)
-    ]
+def dense_stack(hidden: tuple[int, ...], name: str, sparse: bool) -> list:
+    return [dense(units, "relu", f"{name}_dense_{i}", sparse) for i, units in enumerate(hidden)]
 
 
 class DuelingQNetwork(network.Network):
@@ -34,14 +32,14 @@ class DuelingQNetwork(network.Network):
     """
 
     def __init__(self, observation_spec, num_actions: int, hidden: tuple[int, ...],
-                 name: str = "DuelingQNetwork"):
+                 sparse: bool = False, name: str = "DuelingQNetwork"):
         super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
-        self.trunk = dense_stack(hidden[:-1], "q_trunk")
-        self.value_layers = dense_stack(hidden[-1:], "q_value") + [
-            tf.keras.layers.Dense(1, name="q_value_out")
+        self.trunk = dense_stack(hidden[:-1], "q_trunk", sparse)
+        self.value_layers = dense_stack(hidden[-1:], "q_value", sparse) + [
+            dense(1, None, "q_value_out", sparse)
         ]
-        self.advantage_layers = dense_stack(hidden[-1:], "q_advantage") + [
-            tf.keras.layers.Dense(num_actions, name="q_advantage_out"),
+        self.advantage_layers = dense_stack(hidden[-1:], "q_advantage", sparse) + [
+            dense(num_actions, None, "q_advantage_out", sparse),
             tf.keras.layers.Lambda(
                 lambda a: a - tf.reduce_mean(a, axis=-1, keepdims=True), name="centered"
             ),
@@ -64,25 +62,25 @@ class DuelingQNetwork(network.Network):
         return [*self.trunk, *self.advantage_layers]
 
 
-def deterministic_actor(observation_spec, action_spec, hidden: tuple[int, ...]):
+def deterministic_actor(observation_spec, action_spec, hidden: tuple[int, ...], sparse: bool):
     """mu(s) for TD3: hidden ReLU layers, tanh output scaled to the action bounds."""
     low = tf.constant(action_spec.minimum, tf.float32)
     high = tf.constant(action_spec.maximum, tf.float32)
     dim = action_spec.shape.num_elements()
-    layers = dense_stack(hidden, "actor") + [
-        tf.keras.layers.Dense(dim, activation="tanh", name="actor_out"),
+    layers = dense_stack(hidden, "actor", sparse) + [
+        dense(dim, "tanh", "actor_out", sparse),
         tf.keras.layers.Lambda(lambda u: low + (u + 1.0) * 0.5 * (high - low), name="to_bounds"),
     ]
     return sequential.Sequential(layers, input_spec=observation_spec, name="ActorNetwork")
 
 
-def critic(observation_spec, action_spec, hidden: tuple[int, ...], name: str):
+def critic(observation_spec, action_spec, hidden: tuple[int, ...], name: str, sparse: bool):
     """Q(s, a) for TD3 and SAC: the concatenated inputs through ReLU layers to one value."""
     layers = (
         [tf.keras.layers.Lambda(lambda inputs: tf.concat(inputs, axis=-1), name="concat")]
-        + dense_stack(hidden, name)
+        + dense_stack(hidden, name, sparse)
         + [
-            tf.keras.layers.Dense(1, name=f"{name}_value"),
+            dense(1, None, f"{name}_value", sparse),
             tf.keras.layers.Lambda(lambda q: tf.squeeze(q, -1), name="squeeze"),
         ]
     )
@@ -95,7 +93,7 @@ class SquashedGaussianActor(network.DistributionNetwork):
     """pi(.|s) for SAC: tanh(N(mean, std)) scaled to the bounds, mean and log-std from one head."""
 
     def __init__(self, observation_spec, action_spec, hidden: tuple[int, ...],
-                 name: str = "SquashedGaussianActor"):
+                 sparse: bool = False, name: str = "SquashedGaussianActor"):
         dim = action_spec.shape.num_elements()
         param_spec = {
             "loc": tensor_spec.TensorSpec(action_spec.shape, tf.float32, name="loc"),
@@ -114,8 +112,8 @@ class SquashedGaussianActor(network.DistributionNetwork):
             ),
             name=name,
         )
-        self.hidden_layers = dense_stack(hidden, "actor")
-        self.head = tf.keras.layers.Dense(2 * dim, name="mean_log_std")
+        self.hidden_layers = dense_stack(hidden, "actor", sparse)
+        self.head = dense(2 * dim, None, "mean_log_std", sparse)
 
     def mean_log_std(self, observations, training: bool = False):
         x = observations
@@ -130,11 +128,20 @@ class SquashedGaussianActor(network.DistributionNetwork):
 
 
 def export_model(observation_shape: tuple[int, ...], layers: list, transform=None):
-    """A functional Keras model through `layers` (shared, not copied), for the converter."""
+    """A functional Keras model through `layers` (shared, not copied), for the converter.
+
+    Pruning wrappers are left out: the model calls the plain layers inside them, whose kernels
+    hold exact zeros where the masks are off (the converter cannot take TFMOT's mask ops)."""
     inputs = tf.keras.Input(shape=observation_shape, dtype=tf.float32, name="observation")
     x = inputs
     for layer in layers:
-        x = layer(x)
+        x = unwrap(layer)(x)
     if transform is not None:
         x = transform(x)
     return tf.keras.Model(inputs, x)
+
+
+def mlp_shapes(n_in: int, hidden: tuple[int, ...], n_out: int) -> list[tuple[int, int]]:
+    """The Dense kernels of an MLP n_in -> hidden... -> n_out."""
+    sizes = [n_in, *hidden, n_out]
+    return list(zip(sizes[:-1], sizes[1:], strict=True))

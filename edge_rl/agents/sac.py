@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 from tf_agents.agents.sac import sac_agent
 
-from edge_rl.agents.base import BuiltAgent
-from edge_rl.agents.networks import SquashedGaussianActor, critic, export_model
+from edge_rl.agents.base import BuiltAgent, SparseGroup
+from edge_rl.agents.networks import SquashedGaussianActor, critic, export_model, mlp_shapes
 from edge_rl.agents.specs import tf_specs
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.sparse.masks import MaskedLegacyAdam
 from edge_rl.tf_setup import tf
 
 
@@ -30,15 +32,21 @@ class SAC:
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)
         obs_spec = time_step_spec.observation
-        actor = SquashedGaussianActor(obs_spec, action_spec, config.hidden)
+        sparse = config.is_sparse
+        actor = SquashedGaussianActor(obs_spec, action_spec, config.hidden, sparse)
         optimizers = {
-            name: tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+            # legacy Adam: SacAgent would convert any other optimizer to one
+            name: MaskedLegacyAdam(learning_rate=config.learning_rate)
             for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
         }
         agent = sac_agent.SacAgent(
             time_step_spec,
             action_spec,
-            critic_network=critic(obs_spec, action_spec, config.hidden, "critic"),
+            critic_network=critic(obs_spec, action_spec, config.critic_layers, "critic", sparse),
+            # built, not copied: SacAgent copies critic 1 before it has variables, and a copy
+            # of an unbuilt TFMOT wrapper would prune the original's kernel
+            critic_network_2=critic(obs_spec, action_spec, config.critic_layers, "critic_2",
+                                    sparse),
             actor_network=actor,
             target_update_tau=config.algo_options["tau"],
             target_update_period=1,
@@ -48,10 +56,35 @@ class SAC:
             **optimizers,
         )
         agent.initialize()
+        groups = [
+            # forward: next actions for the target, the actor loss, the alpha loss
+            SparseGroup("actor", "actor", [actor], [], optimizers["actor_optimizer"],
+                        passes=(3, 1)),
+            # forward: 2 target + 2 online critics, both again in the actor loss;
+            # backward: the two critic losses and both critics for the actor's gradient
+            SparseGroup("critic", "critic", [agent._critic_network_1, agent._critic_network_2],
+                        [agent._target_critic_network_1, agent._target_critic_network_2],
+                        optimizers["critic_optimizer"], passes=(6, 4)),
+        ]
+
+        def losses(experience):
+            time_steps, policy_steps, next_time_steps = agent._as_transition(experience)
+            return {
+                "actor": lambda: agent.actor_loss(time_steps, training=True),
+                "critic": lambda: agent.critic_loss(
+                    time_steps, policy_steps.action, next_time_steps,
+                    td_errors_loss_fn=tf.math.squared_difference, gamma=config.gamma,
+                    training=True),
+            }
+
         layers = [*actor.hidden_layers, actor.head]
-        return BuiltAgent(
-            agent, export_model(observation_shape, layers), "mean_log_std", optimizers, actor
-        )
+        return BuiltAgent(agent, export_model(observation_shape, layers), "mean_log_std",
+                          optimizers, actor, groups, losses)
+
+    def layer_shapes(self, observation_shape, action, hidden):
+        n_obs, n_act = int(np.prod(observation_shape)), int(np.prod(action["shape"]))
+        return {"actor": mlp_shapes(n_obs, hidden, 2 * n_act),
+                "critic": mlp_shapes(n_obs + n_act, hidden, 1)}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         return ExplorationSettings(kind="sac", random_steps=config.warmup_steps // config.actors)

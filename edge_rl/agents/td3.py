@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 from tf_agents.agents.td3 import td3_agent
 
-from edge_rl.agents.base import BuiltAgent
-from edge_rl.agents.networks import critic, deterministic_actor, export_model
+from edge_rl.agents.base import BuiltAgent, SparseGroup
+from edge_rl.agents.networks import critic, deterministic_actor, export_model, mlp_shapes
 from edge_rl.agents.specs import tf_specs
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
 
 
@@ -36,15 +38,17 @@ class TD3:
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)
         obs_spec = time_step_spec.observation
-        actor = deterministic_actor(obs_spec, action_spec, config.hidden)
-        actor_optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
-        critic_optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        sparse = config.is_sparse
+        actor = deterministic_actor(obs_spec, action_spec, config.hidden, sparse)
+        critic_net = critic(obs_spec, action_spec, config.critic_layers, "critic", sparse)
+        actor_optimizer = MaskedAdam(learning_rate=config.learning_rate)
+        critic_optimizer = MaskedAdam(learning_rate=config.learning_rate)
         options = config.algo_options
         agent = td3_agent.Td3Agent(
             time_step_spec,
             action_spec,
             actor_network=actor,
-            critic_network=critic(obs_spec, action_spec, config.hidden, "critic"),
+            critic_network=critic_net,
             actor_optimizer=actor_optimizer,
             critic_optimizer=critic_optimizer,
             target_update_tau=options["tau"],
@@ -56,13 +60,40 @@ class TD3:
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
         )
         agent.initialize()
+        d = options["actor_update_period"]  # the actor and its loss run every d-th update
+        groups = [
+            # target actor (1) + actor loss (1/d) forward; actor loss backward (1/d)
+            SparseGroup("actor", "actor", [actor], [agent._target_actor_network],
+                        actor_optimizer, passes=(1 + 1 / d, 1 / d)),
+            # 2 target + 2 online critics forward, critic 1 in the actor loss; backward: the
+            # two critic losses, and critic 1 again for the actor's gradient
+            SparseGroup("critic", "critic", [agent._critic_network_1, agent._critic_network_2],
+                        [agent._target_critic_network_1, agent._target_critic_network_2],
+                        critic_optimizer, passes=(4 + 1 / d, 2 + 1 / d)),
+        ]
+
+        def losses(experience):
+            time_steps, policy_steps, next_time_steps = agent._as_transition(experience)
+            return {
+                "actor": lambda: agent.actor_loss(time_steps, training=True),
+                "critic": lambda: agent.critic_loss(
+                    time_steps, policy_steps.action, next_time_steps, training=True),
+            }
+
         return BuiltAgent(
             agent,
             export_model(observation_shape, actor.layers),
             "action",
             {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
             actor,
+            groups,
+            losses,
         )
+
+    def layer_shapes(self, observation_shape, action, hidden):
+        n_obs, n_act = int(np.prod(observation_shape)), int(np.prod(action["shape"]))
+        return {"actor": mlp_shapes(n_obs, hidden, n_act),
+                "critic": mlp_shapes(n_obs + n_act, hidden, 1)}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         return ExplorationSettings(
