@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import lzma
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,13 @@ def export_run(
     comparison = compare_policies(reference, candidate, holdout)
     lines = [f"wrote {path}", verification_report(comparison, candidate, reference)]
     lines += sparsity_lines(learner)
+    summary = run_dir / "summary.json"
+    if summary.is_file():  # counted by the run over all its updates
+        networks = json.loads(summary.read_text()).get("networks")
+        if networks:
+            lines.append(f"FLOPs vs dense: training {networks['train_flops_vs_dense']:.3f}, "
+                         f"inference {networks['inference_flops_vs_dense']:.3f}; critic "
+                         f"sparsity {networks['groups'].get('critic', {}).get('sparsity', '-')}")
     if config.is_sparse:
         compact, how = smallest_loadable(model, build(precision, sparse_encoding=True))
         compact_path = path.with_name(path.name + (".xz" if how.startswith("xz") else "-sparse"))

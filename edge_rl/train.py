@@ -461,6 +461,8 @@ class Training:
             "replay_capacity": self.replay.capacity,
             "nstep": self.replay.nstep,
             "policy_bytes": len(self.exchange.policy[1]) if self.exchange.policy else None,
+            "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}
+                            for e in self.state.evaluations],
         }
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()

@@ -60,12 +60,15 @@ def training_flops(groups: Sequence[GroupCount], batch_size: int, updates: int,
 
 def flops_report(groups: dict[str, GroupCount], inference_group: str, batch_size: int,
                  updates: int, topology_updates: int) -> dict[str, float]:
-    """Training and inference FLOPs relative to the same networks dense."""
+    """Training FLOPs of the run and inference FLOPs per sample, and both relative to the same
+    networks dense."""
     updates = max(updates, 1)
     sparse = training_flops(list(groups.values()), batch_size, updates, topology_updates)
     dense = training_flops([g.dense() for g in groups.values()], batch_size, updates)
     inference = groups[inference_group]
     return {
+        "train_flops": sparse,
+        "inference_flops": forward_flops(inference.layers),
         "train_flops_vs_dense": round(sparse / dense, 4),
         "inference_flops_vs_dense": round(
             forward_flops(inference.layers) / forward_flops(inference.dense().layers), 4),
