@@ -41,9 +41,9 @@ from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import EvalResult, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.device.policy_file import pack_policy
+from edge_rl.evolution import Evolution, next_multiple
 from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
-from edge_rl.rlx2 import check_buffer, nstep_now
 from edge_rl.server import Exchange, LearnerService, Ledger, PendingBatch, RunInfo, start_server
 
 log = logging.getLogger(__name__)
@@ -200,43 +200,6 @@ class Training:
                 self.publish()
         return count
 
-    def evolve(self) -> None:
-        """RLx2 and sparse-topology work that is due at the current env step."""
-        config, steps = self.config, self.state.env_steps
-        self.replay.nstep = nstep_now(config, steps)
-        topology = self.learner.topology
-        if (topology is not None and topology.active(steps) and self.learner.updates > 0
-                and steps >= self.next_topology):
-            self.next_topology = _next_multiple(steps, self.topology_interval)
-            self.learner.update_topology(steps, self.replay.sample(config.batch_size))
-            self.state.topology_updates += 1
-            self.log_networks()
-        if config.dynamic_buffer and steps >= self.next_buffer_check:
-            self.next_buffer_check = _next_multiple(steps, config.buffer_check_interval)
-            distance = check_buffer(self.replay, self.learner.greedy_actions, self.action,
-                                    config.buffer_threshold, config.buffer_min)
-            with self.writer.as_default(step=steps):
-                self.tf.summary.scalar("replay/policy_distance", distance)
-
-    def network_report(self) -> dict[str, Any]:
-        from edge_rl.sparse.accounting import network_report
-
-        return network_report(self.learner.built, self.config.batch_size,
-                              self.learner.updates, self.state.topology_updates)
-
-    def log_networks(self) -> None:
-        report = self.network_report()
-        with self.writer.as_default(step=self.state.env_steps):
-            for name, group in report["groups"].items():
-                self.tf.summary.scalar(f"sparse/{name}_sparsity", group["sparsity"])
-                self.tf.summary.scalar(f"sparse/{name}_nonzero_parameters",
-                                       group["nonzero_parameters"])
-            for layer in report["layers"]:
-                self.tf.summary.scalar(f"sparse_layers/{layer['group']}/{layer['layer']}",
-                                       layer["sparsity"])
-            for name in ("train_flops_vs_dense", "inference_flops_vs_dense"):
-                self.tf.summary.scalar(f"sparse/{name}", report[name])
-
     def release_acks(self) -> None:
         lag = 0 if self.config.lockstep else self.config.max_update_lag
         while self.held_acks and self.allowed_updates() - self.learner.updates <= lag:
@@ -318,9 +281,7 @@ class Training:
                 self.tf.summary.scalar("actor/episode_return", float(np.mean(self.recent_returns)))
             if self.last_loss is not None:
                 self.tf.summary.scalar("learner/loss", float(self.last_loss.loss))
-            self.tf.summary.scalar("replay/capacity", self.replay.capacity)
-            self.tf.summary.scalar("replay/size", len(self.replay))
-            self.tf.summary.scalar("replay/nstep", self.replay.nstep)
+        self.evolution.log_replay(self.state.env_steps)
         self.writer.flush()
 
     # -- the run -------------------------------------------------------------------------------
@@ -357,15 +318,11 @@ class Training:
         self.stop_requested = False
         previous_sigint = signal.signal(signal.SIGINT, self._request_stop)
         previous_sigterm = signal.signal(signal.SIGTERM, self._request_stop)
-        next_eval = _next_multiple(self.state.env_steps, config.eval_every)
-        next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
-        # prune takes many small steps; rigl and set replace connections less often
-        self.topology_interval = (max(1, config.topology_interval // 10)
-                                  if config.topology == "prune" else config.topology_interval)
-        self.next_topology = _next_multiple(self.state.env_steps, self.topology_interval)
-        self.next_buffer_check = _next_multiple(self.state.env_steps,
-                                                config.buffer_check_interval)
-        self.log_networks()
+        next_eval = next_multiple(self.state.env_steps, config.eval_every)
+        next_checkpoint = next_multiple(self.state.env_steps, config.checkpoint_every)
+        self.evolution = Evolution(config, self.learner, self.replay, self.action, self.writer,
+                                   self.state.env_steps, self.state.topology_updates)
+        self.evolution.log_networks(self.state.env_steps)
         bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
                    unit="step", dynamic_ncols=True, disable=None,
                    desc=f"{config.algo} {config.env}")
@@ -379,16 +336,17 @@ class Training:
                 arrived = self.take_batches(block=not can_update)
                 bar.update(min(arrived, max(0, config.steps - bar.n)))
                 self.train_chunk()
-                self.evolve()
+                self.evolution.step(self.state.env_steps)
+                self.state.topology_updates = self.evolution.topology_updates
                 if self.state.env_steps >= next_eval:
-                    next_eval = _next_multiple(self.state.env_steps, config.eval_every)
+                    next_eval = next_multiple(self.state.env_steps, config.eval_every)
                     result = self.evaluate_now()
                     if config.target_return is not None and result.mean >= config.target_return:
                         self.stop_reason = f"reached target return {config.target_return}"
                         self.release_acks()
                         break
                 if self.state.env_steps >= next_checkpoint:
-                    next_checkpoint = _next_multiple(self.state.env_steps, config.checkpoint_every)
+                    next_checkpoint = next_multiple(self.state.env_steps, config.checkpoint_every)
                     self.checkpoint()
                 self.release_acks()
                 now = time.monotonic()
@@ -457,7 +415,7 @@ class Training:
             "learner_updates_per_second": self.loop_update_rate,
             "topology": self.config.topology,
             "topology_updates": self.state.topology_updates,
-            "networks": self.network_report(),
+            "networks": self.evolution.network_report(),
             "replay_capacity": self.replay.capacity,
             "nstep": self.replay.nstep,
             "policy_bytes": len(self.exchange.policy[1]) if self.exchange.policy else None,
@@ -467,10 +425,6 @@ class Training:
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()
         return summary
-
-
-def _next_multiple(value: int, every: int) -> int:
-    return (value // every + 1) * every
 
 
 def run_training(config: TrainConfig, resume: bool = False) -> dict[str, Any]:

@@ -1,0 +1,77 @@
+"""What changes on the training schedule besides the weights: RLx2's n-step switch and replay
+checks, and the sparse networks' topology updates; with the networks' accounting they log.
+
+`Training` calls `Evolution.step()` between chunks of updates; each piece runs when its
+interval of env steps has passed (and, for topology updates, once learning has started).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge_rl.config import TrainConfig
+from edge_rl.replay import Replay
+from edge_rl.rlx2 import check_buffer, nstep_now
+
+
+def next_multiple(value: int, every: int) -> int:
+    return (value // every + 1) * every
+
+
+class Evolution:
+    def __init__(self, config: TrainConfig, learner: Any, replay: Replay, action: dict,
+                 writer: Any, env_steps: int, topology_updates: int = 0):
+        from edge_rl.tf_setup import tf
+
+        self.tf = tf
+        self.config, self.learner, self.replay, self.action = config, learner, replay, action
+        self.writer = writer
+        self.topology_updates = topology_updates  # over the whole run (saved in RunState)
+        # prune takes many small steps; rigl and set replace connections less often
+        self.topology_interval = (max(1, config.topology_interval // 10)
+                                  if config.topology == "prune" else config.topology_interval)
+        self.next_topology = next_multiple(env_steps, self.topology_interval)
+        self.next_buffer_check = next_multiple(env_steps, config.buffer_check_interval)
+
+    def step(self, env_steps: int) -> None:
+        """Whatever is due at `env_steps`."""
+        config = self.config
+        self.replay.nstep = nstep_now(config, env_steps)
+        topology = self.learner.topology
+        if (topology is not None and topology.active(env_steps) and self.learner.updates > 0
+                and env_steps >= self.next_topology):
+            self.next_topology = next_multiple(env_steps, self.topology_interval)
+            self.learner.update_topology(env_steps, self.replay.sample(config.batch_size))
+            self.topology_updates += 1
+            self.log_networks(env_steps)
+        if config.dynamic_buffer and env_steps >= self.next_buffer_check:
+            self.next_buffer_check = next_multiple(env_steps, config.buffer_check_interval)
+            distance = check_buffer(self.replay, self.learner.greedy_actions, self.action,
+                                    config.buffer_threshold, config.buffer_min)
+            with self.writer.as_default(step=env_steps):
+                self.tf.summary.scalar("replay/policy_distance", distance)
+
+    def network_report(self) -> dict[str, Any]:
+        """Sparsity, parameters and FLOPs of the networks so far (edge_rl.sparse.accounting)."""
+        from edge_rl.sparse.accounting import network_report
+
+        return network_report(self.learner.built, self.config.batch_size,
+                              self.learner.updates, self.topology_updates)
+
+    def log_networks(self, env_steps: int) -> None:
+        report = self.network_report()
+        scalar = self.tf.summary.scalar
+        with self.writer.as_default(step=env_steps):
+            for name, group in report["groups"].items():
+                scalar(f"sparse/{name}_sparsity", group["sparsity"])
+                scalar(f"sparse/{name}_nonzero_parameters", group["nonzero_parameters"])
+            for layer in report["layers"]:
+                scalar(f"sparse_layers/{layer['group']}/{layer['layer']}", layer["sparsity"])
+            for name in ("train_flops_vs_dense", "inference_flops_vs_dense"):
+                scalar(f"sparse/{name}", report[name])
+
+    def log_replay(self, env_steps: int) -> None:
+        with self.writer.as_default(step=env_steps):
+            self.tf.summary.scalar("replay/capacity", self.replay.capacity)
+            self.tf.summary.scalar("replay/size", len(self.replay))
+            self.tf.summary.scalar("replay/nstep", self.replay.nstep)
