@@ -20,13 +20,15 @@ def next_multiple(value: int, every: int) -> int:
 
 class Evolution:
     def __init__(self, config: TrainConfig, learner: Any, replay: Replay, action: dict,
-                 writer: Any, env_steps: int, topology_updates: int = 0):
+                 writer: Any, state: Any):
+        """`state`: the run's RunState, whose env_steps and topology_updates (counted over
+        the whole run, saved with each checkpoint) this reads and updates."""
         from edge_rl.tf_setup import tf
 
         self.tf = tf
         self.config, self.learner, self.replay, self.action = config, learner, replay, action
-        self.writer = writer
-        self.topology_updates = topology_updates  # over the whole run (saved in RunState)
+        self.writer, self.state = writer, state
+        env_steps = state.env_steps
         # prune takes many small steps; rigl and set replace connections less often
         self.topology_interval = (max(1, config.topology_interval // 10)
                                   if config.topology == "prune" else config.topology_interval)
@@ -42,7 +44,7 @@ class Evolution:
                 and env_steps >= self.next_topology):
             self.next_topology = next_multiple(env_steps, self.topology_interval)
             self.learner.update_topology(env_steps, self.replay.sample(config.batch_size))
-            self.topology_updates += 1
+            self.state.topology_updates += 1
             self.log_networks(env_steps)
         if config.dynamic_buffer and env_steps >= self.next_buffer_check:
             self.next_buffer_check = next_multiple(env_steps, config.buffer_check_interval)
@@ -56,7 +58,7 @@ class Evolution:
         from edge_rl.sparse.accounting import network_report
 
         return network_report(self.learner.built, self.config.batch_size,
-                              self.learner.updates, self.topology_updates)
+                              self.learner.updates, self.state.topology_updates)
 
     def log_networks(self, env_steps: int) -> None:
         report = self.network_report()

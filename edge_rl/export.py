@@ -95,16 +95,13 @@ def export_run(
 
 def sparsity_lines(learner: Any) -> list[str]:
     """The exported network's layers: active weights of each kernel."""
-    from edge_rl.sparse.accounting import dense_layers
+    from edge_rl.sparse.accounting import layer_counts
 
-    lines = []
-    total = active = 0
-    for name, kernel, mask in dense_layers(learner.built.actor_network):
-        on = int(np.count_nonzero(mask.numpy() if mask is not None else kernel.numpy()))
-        size = int(np.prod(kernel.shape))
-        total, active = total + size, active + on
-        lines.append(f"  {name} {list(kernel.shape)}: {on} of {size} weights "
-                     f"({1 - on / size:.1%} sparse)")
+    counts = layer_counts(learner.built.actor_network)
+    lines = [f"  {c['layer']} {c['shape']}: {c['active']} of {c['shape'][0] * c['shape'][1]} "
+             f"weights ({c['sparsity']:.1%} sparse)" for c in counts]
+    total = sum(c["shape"][0] * c["shape"][1] for c in counts)
+    active = sum(c["active"] for c in counts)
     return [f"actor network: {1 - active / total:.1%} sparse", *lines]
 
 

@@ -43,6 +43,11 @@ def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.
                                  experience)
 
 
+def to_experience(batch: dict[str, np.ndarray]) -> trajectory.Trajectory:
+    """One sampled minibatch as the [batch, 2] tensors an agent's losses take."""
+    return tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]), to_trajectory(batch, 1))
+
+
 class Learner:
     """One agent: `step` trains on a minibatch, `publish` exports the actor network."""
 
@@ -97,9 +102,7 @@ class Learner:
 
         gradients = None
         if self.topology.method == "rigl":
-            experience = tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]),
-                                               to_trajectory(batch, 1))
-            losses = self.built.losses(experience)
+            losses = self.built.losses(to_experience(batch))
             gradients = kernel_gradients(self.topology, losses)
         return self.topology.update(env_steps, gradients)
 

@@ -321,7 +321,7 @@ class Training:
         next_eval = next_multiple(self.state.env_steps, config.eval_every)
         next_checkpoint = next_multiple(self.state.env_steps, config.checkpoint_every)
         self.evolution = Evolution(config, self.learner, self.replay, self.action, self.writer,
-                                   self.state.env_steps, self.state.topology_updates)
+                                   self.state)
         self.evolution.log_networks(self.state.env_steps)
         bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
                    unit="step", dynamic_ncols=True, disable=None,
@@ -337,7 +337,6 @@ class Training:
                 bar.update(min(arrived, max(0, config.steps - bar.n)))
                 self.train_chunk()
                 self.evolution.step(self.state.env_steps)
-                self.state.topology_updates = self.evolution.topology_updates
                 if self.state.env_steps >= next_eval:
                     next_eval = next_multiple(self.state.env_steps, config.eval_every)
                     result = self.evaluate_now()

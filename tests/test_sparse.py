@@ -143,12 +143,9 @@ def test_rigl_grows_where_the_gradient_is_largest():
     learner = learner_for("td3", specs, sparsity=0.9)
     batch = random_batch(specs, learner.config.batch_size)
     learner.train(random_batch(specs, 5 * learner.config.batch_size), 5)
-    from edge_rl.learner import to_trajectory
-    from edge_rl.tf_setup import tf
+    from edge_rl.learner import to_experience
 
-    experience = tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]),
-                                       to_trajectory(batch, 1))
-    gradients = kernel_gradients(learner.topology, learner.built.losses(experience))
+    gradients = kernel_gradients(learner.topology, learner.built.losses(to_experience(batch)))
     before = {x.name: masks_and_kernels(x)[0][1].ravel().copy() for x in learner.topology.layers}
     changes = learner.topology.update(1_000, gradients)
     for change in changes:

@@ -71,9 +71,9 @@ class DQN:
                           groups, losses)
 
     def layer_shapes(self, observation_shape, action, hidden):
-        trunk = mlp_shapes(int(np.prod(observation_shape)), hidden[:-2], hidden[-2]) \
-            if len(hidden) > 1 else []
-        head_in = hidden[-2] if len(hidden) > 1 else int(np.prod(observation_shape))
+        sizes = [int(np.prod(observation_shape)), *hidden[:-1]]  # the trunk's
+        trunk = list(zip(sizes[:-1], sizes[1:], strict=True))
+        head_in = sizes[-1]
         value = mlp_shapes(head_in, hidden[-1:], 1)
         advantage = mlp_shapes(head_in, hidden[-1:], action["n"])
         return {"actor": trunk + value + advantage}

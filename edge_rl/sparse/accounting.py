@@ -8,22 +8,21 @@ import numpy as np
 
 from edge_rl.agents.base import BuiltAgent
 from edge_rl.sparse.flops import GroupCount, LayerCount, flops_report
-from edge_rl.sparse.masks import PruneLowMagnitude, creation_order, kernel_and_mask
-from edge_rl.tf_setup import tf
+from edge_rl.sparse.masks import PruneLowMagnitude, dense_layers, kernel_and_mask, unwrap
 
 
-def dense_layers(network) -> list[tuple[str, Any, Any]]:
-    """(name, kernel, mask or None) of each Dense layer of `network`, in creation order."""
-    found, inside = [], set()
-    for module in network.submodules:
-        if isinstance(module, PruneLowMagnitude):
-            kernel, mask = kernel_and_mask(module)
-            found.append((module.layer.name, kernel, mask))
-            inside.add(id(module.layer))
-    for module in network.submodules:
-        if isinstance(module, tf.keras.layers.Dense) and id(module) not in inside:
-            found.append((module.name, module.kernel, None))
-    return sorted(found, key=lambda item: creation_order(item[0]))
+def layer_counts(network) -> list[dict[str, Any]]:
+    """Per Dense layer of `network`, in creation order: name, kernel shape, active weights."""
+    counts = []
+    for layer in dense_layers(network):
+        kernel = unwrap(layer).kernel
+        n_in, n_out = (int(d) for d in kernel.shape)
+        active = n_in * n_out
+        if isinstance(layer, PruneLowMagnitude):
+            active = int(np.count_nonzero(kernel_and_mask(layer)[1].numpy()))
+        counts.append({"layer": unwrap(layer).name, "shape": [n_in, n_out], "active": active,
+                       "sparsity": round(1 - active / (n_in * n_out), 4)})
+    return counts
 
 
 def network_report(built: BuiltAgent, batch_size: int, updates: int, topology_updates: int
@@ -35,15 +34,13 @@ def network_report(built: BuiltAgent, batch_size: int, updates: int, topology_up
         active = size = nonzero = dense = 0
         for n, network in enumerate(group.networks):
             network_counts = []
-            for name, kernel, mask in dense_layers(network):
-                n_in, n_out = (int(d) for d in kernel.shape)
-                on = int(np.count_nonzero(mask.numpy())) if mask is not None else n_in * n_out
+            for count in layer_counts(network):
+                (n_in, n_out), on = count["shape"], count["active"]
                 network_counts.append(LayerCount(n_in, n_out, on))
                 active, size = active + on, size + n_in * n_out
                 nonzero, dense = nonzero + on + n_out, dense + n_in * n_out + n_out
                 if n == 0:
-                    layers.append({"group": group.name, "layer": name, "shape": [n_in, n_out],
-                                   "active": on, "sparsity": round(1 - on / (n_in * n_out), 4)})
+                    layers.append({"group": group.name, **count})
             if n == 0:
                 counts[group.name] = GroupCount(network_counts, group.passes, len(group.networks))
         groups[group.name] = {

@@ -50,13 +50,22 @@ def unwrap(layer):
     return layer.layer if isinstance(layer, PruneLowMagnitude) else layer
 
 
+def dense_layers(network) -> list:
+    """A network's Dense layers in the order they were created: the pruning wrapper where a
+    layer is wrapped, the plain layer otherwise."""
+    modules = list(dict.fromkeys(network.submodules))
+    wrapped = {id(m.layer) for m in modules if isinstance(m, PruneLowMagnitude)}
+    found = [m for m in modules if isinstance(m, PruneLowMagnitude)
+             or (isinstance(m, tf.keras.layers.Dense) and id(m) not in wrapped)]
+    return sorted(found, key=lambda layer: _creation_order(unwrap(layer).name))
+
+
 def pruned_layers(network) -> list:
     """The pruning wrappers of a network, in the order they were created."""
-    found = [m for m in network.submodules if isinstance(m, PruneLowMagnitude)]
-    return sorted(dict.fromkeys(found), key=lambda layer: creation_order(layer.name))
+    return [layer for layer in dense_layers(network) if isinstance(layer, PruneLowMagnitude)]
 
 
-def creation_order(name: str) -> tuple[int, str]:
+def _creation_order(name: str) -> tuple[int, str]:
     # Layers are named ..._0, ..._1 in build order; names without an index come last.
     tail = name.rsplit("_", 1)[-1]
     return (int(tail), name) if tail.isdigit() else (1 << 30, name)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,6 @@ class Topology:
     seed: int
     drop_fraction: float
     end_step: int  # env steps: no topology changes from here on
-    history: list[dict[str, Any]] = field(default_factory=list)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -109,11 +108,9 @@ class Topology:
                 if kernel_and_mask(wrapper)[0] is not wrapper.layer.kernel:
                     raise ValueError(f"{layer.name}: the pruning wrapper masks another layer's "
                                      "kernel (copied before it was built?)")
-        topology = cls(method, layers, seed, drop_fraction, end_step)
-        # TFMOT's call counter starts at -1 and a training-mode call asserts it is positive.
-        for layer in layers:
-            for wrapper in [layer.wrapper, *layer.target_wrappers]:
+                # TFMOT's call counter starts at -1; a training-mode call asserts it is positive
                 wrapper.pruning_step.assign(0)
+        topology = cls(method, layers, seed, drop_fraction, end_step)
         rng = np.random.default_rng([seed, 0])
         for layer in layers:
             if method == "prune":
@@ -178,10 +175,8 @@ class Topology:
             new_mask[grown] = True
             self._set_mask(layer, new_mask.reshape(layer.shape), grown=grown)
             changes.append(TopologyChange(layer.name, dropped, grown))
-        self.history.append({"step": step, "zeta": zeta,
-                             "replaced": int(sum(len(c.grown) for c in changes))})
         log.info("topology update at %d env steps: zeta %.3f, %d connections replaced",
-                 step, zeta, self.history[-1]["replaced"])
+                 step, zeta, sum(len(c.grown) for c in changes))
         return changes
 
     def _prune(self, layer: SparseLayer, step: int) -> TopologyChange:
