@@ -3,15 +3,19 @@
 One actor steps `num_envs` copies of the env with one batched inference per step. Policy
 pulls happen in a background thread, so acting never waits for a policy (except in lockstep
 mode, where the actor waits for each ack and for the policy that ack names, which is what
-makes a lockstep run reproducible). Inserts are flow-controlled: at most `max_in_flight`
-batches wait for their ack; the learner delays acks when the actors run ahead of it.
+makes a lockstep run reproducible).
+
+Every batch gets the next seq and goes into the spool before it is sent; the link (see
+`link.py`) sends, settles and resends. While the link is up, the actor waits when
+`max_in_flight` batches are unacked, so the learner's delayed acks pace it; while the link is
+down it acts on with its last policy and the spool takes the batches.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
+import socket
 import threading
 import time
 
@@ -20,9 +24,11 @@ import numpy as np
 
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.exploration import ExplorationSettings, Explorer
+from edge_rl.device.link import Link
 from edge_rl.device.policy import Policy
 from edge_rl.device.rollout import Rollout
 from edge_rl.device.runtime import load_runtime
+from edge_rl.device.spool import Spool
 from edge_rl.device.wire import Transitions, encode_batch
 
 log = logging.getLogger(__name__)
@@ -50,7 +56,10 @@ class PolicyPuller:
     def fetch_now(self) -> Policy:
         """Blocking fetch of an announced newer policy (lockstep); returns the newest policy."""
         if self._announced > self.latest.version:
-            self._swap(self.client.fetch_policy(self.latest.version))
+            try:
+                self._swap(self.client.fetch_policy(self.latest.version))
+            except grpc.RpcError as err:  # the link is down: act on with what we have
+                log.debug("policy pull failed: %s", err.code().name)
         return self.latest
 
     def _swap(self, fetched) -> None:
@@ -73,73 +82,114 @@ class PolicyPuller:
         self._wake.set()
 
 
+class OfflinePace:
+    """While the link is down, act no faster than the learner last let this actor act, so the
+    spool holds about what the learner would have taken, not what the CPU can produce."""
+
+    def __init__(self):
+        self.rate: float | None = None  # steps/s while connected (smoothed)
+        self._since: tuple[float, int] | None = None  # (time, env steps) the outage began
+
+    def observe(self, steps_per_second: float) -> None:
+        if steps_per_second > 0:
+            old = self.rate
+            self.rate = steps_per_second if old is None else 0.7 * old + 0.3 * steps_per_second
+
+    def hold(self, connected: bool, env_steps: int) -> None:
+        if connected or self.rate is None:
+            self._since = None
+            return
+        now = time.monotonic()
+        if self._since is None:
+            self._since = (now, env_steps)
+            return
+        due = self._since[0] + (env_steps - self._since[1]) / self.rate
+        if due > now:
+            time.sleep(min(due - now, 1.0))
+
+
 class Actor:
     """Acts in `num_envs` env copies and streams transitions to a learner until told to stop."""
 
-    def __init__(self, client: LearnerClient, max_steps: int | None = None):
+    def __init__(self, client: LearnerClient, spool: Spool, max_steps: int | None = None):
         self.client = client
+        self.spool = spool
         self.max_steps = max_steps
         self.runtime = load_runtime()
         client.runtime = str(self.runtime)
         self.hello = client.hello()
+        spool.join_run(self.hello.run_id, self.hello.next_seq)
         self.stop_event = threading.Event()
-        self.seq = self.hello.next_seq
-        self.in_flight: collections.deque = collections.deque()
         self.env_steps = 0
+        self.pace = OfflinePace()
 
     def _first_policy(self) -> Policy:
         """Wait for the learner's first policy: there is nothing to act with before it."""
         while not self.stop_event.is_set():
-            fetched = self.client.fetch_policy(0)
+            try:
+                fetched = self.client.fetch_policy(0)
+            except grpc.RpcError as err:
+                log.debug("first policy pull failed: %s", err.code().name)
+                fetched = None
             if fetched is not None:
                 return Policy(fetched[1], runtime=self.runtime)
             time.sleep(0.2)
         raise SystemExit(0)
 
-    def _heartbeats(self, puller: PolicyPuller) -> None:
+    def _heartbeats(self, puller: PolicyPuller, link: Link) -> None:
         last_steps, last_time = 0, time.monotonic()
         while not self.stop_event.wait(1.0):
             now = time.monotonic()
             rate = (self.env_steps - last_steps) / max(now - last_time, 1e-9)
             last_steps, last_time = self.env_steps, now
             try:
-                reply = self.client.heartbeat(puller.latest.version, rate)
-            except grpc.RpcError:
+                reply = self.client.heartbeat(
+                    policy_version=puller.latest.version, steps_per_second=rate,
+                    env_steps=self.env_steps, batches_spooled=len(self.spool),
+                    batches_rejected=self.spool.rejected, batches_dropped=self.spool.dropped,
+                )
+            except grpc.RpcError as err:
+                if link.connected and err.code() != grpc.StatusCode.UNAUTHENTICATED:
+                    link.suspect()
                 continue
+            if link.connected:
+                self.pace.observe(rate)
+            if reply.learner_session != link.session and link.connected:
+                link.reconnect()  # a restarted learner: Hello first, then resend
             puller.announce(reply.policy_version)
             if reply.stop:
+                log.info("the learner is finishing; actor stops")
                 self.stop_event.set()
 
-    def _send(self, transitions: Transitions, version: int, returns: list[float], puller) -> None:
-        data = encode_batch(
+    def _send(self, transitions: Transitions, version: int, returns: list[float]) -> None:
+        seq = self.spool.next_seq()
+        self.spool.add(seq, encode_batch(
             transitions,
             run_id=self.hello.run_id,
             actor_id=self.client.actor_id,
             incarnation=self.client.incarnation,
-            seq=self.seq,
+            seq=seq,
             policy_version=version,
             episode_returns=returns,
             env_steps=self.env_steps,
-        )
-        self.seq += 1
-        self.in_flight.append(self.client.insert(data))
-        window = 1 if self.hello.lockstep else max(1, self.hello.max_in_flight)
-        while len(self.in_flight) >= window or (self.in_flight and self.in_flight[0].done()):
-            ack = self.in_flight.popleft().result()  # raises grpc.RpcError on failure
-            puller.announce(ack.policy_version)
+        ))
 
     def run(self) -> None:
         hello = self.hello
         settings = ExplorationSettings.from_json(hello.exploration_json)
         policy = self._first_policy()
         puller = PolicyPuller(self.client, self.runtime, policy)
-        heartbeat = threading.Thread(target=self._heartbeats, args=(puller,), daemon=True)
+        window = 1 if hello.lockstep else max(1, hello.max_in_flight)
+        link = Link(self.client, self.spool, window, hello.learner_session,
+                    on_version=puller.announce)
+        heartbeat = threading.Thread(target=self._heartbeats, args=(puller, link), daemon=True)
         heartbeat.start()
         explorer = Explorer(settings, policy.metadata, np.random.default_rng(hello.seed))
         rollout = Rollout(hello.env_id, max(1, hello.num_envs), int(hello.seed),
                           hello.batch_transitions, explorer.random_actions(1)[0])
-        log.info("actor %s acting in %s (%d envs) with %s", self.client.actor_id, hello.env_id,
-                 len(rollout.envs), self.runtime)
+        log.info("actor %s acting in %s (%d envs) with %s; %d batches spooled",
+                 self.client.actor_id, hello.env_id, len(rollout.envs), self.runtime,
+                 len(self.spool))
         try:
             while not self.stop_event.is_set():
                 if self.max_steps is not None and self.env_steps >= self.max_steps:
@@ -152,18 +202,22 @@ class Actor:
                 batches = rollout.step(actions, deterministic)
                 self.env_steps = rollout.env_steps
                 for batch in batches:
-                    self._send(batch, policy.version, rollout.take_returns(), puller)
-                    if hello.lockstep:
+                    self._send(batch, policy.version, rollout.take_returns())
+                    link.wake()
+                    if hello.lockstep:  # each ack, and the policy it names, before acting on
+                        link.wait_for_room(limit=1)
                         puller.fetch_now()
-        except grpc.RpcError as err:
-            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                log.info("learner went away (%s); actor stops", err.code().name)
-            else:
-                raise
+                if batches:
+                    link.wait_for_room()
+                self.pace.hold(link.connected, self.env_steps)
         finally:
             self.stop_event.set()
+            link.stop()
             puller.stop()
             rollout.close()
+            log.info("actor %s stopped: %d batches acked, %d refused, %d dropped, %d spooled",
+                     self.client.actor_id, self.spool.state["acked"], self.spool.rejected,
+                     self.spool.dropped, len(self.spool))
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -191,13 +245,25 @@ def die_with_parent(parent_pid: int) -> None:
 
 def run_actor(
     learner: str,
-    actor_id: str,
-    incarnation: int | None = None,
+    actor_id: str | None = None,
+    *,
+    spool: str | None = None,
+    spool_max_mb: float = 256.0,
+    token: str | None = None,
+    tls_ca: str | None = None,
     max_steps: int | None = None,
 ) -> None:
     """Join the learner at `learner` (HOST:PORT) and act until it says stop."""
-    client = LearnerClient(learner, actor_id, incarnation or time.time_ns())
+    box = Spool(spool, int(spool_max_mb * 1e6))
+    if actor_id is None:
+        # an on-disk spool keeps its actor's id over restarts; a memory spool is per process
+        actor_id = box.actor_id or (
+            f"{socket.gethostname()}-{os.urandom(3).hex()}" if spool is not None
+            else f"{socket.gethostname()}-{os.getpid()}"
+        )
+    box.claim(actor_id)
+    client = LearnerClient(learner, actor_id, time.time_ns(), token=token, tls_ca=tls_ca)
     try:
-        Actor(client, max_steps=max_steps).run()
+        Actor(client, box, max_steps=max_steps).run()
     finally:
         client.close()

@@ -7,6 +7,7 @@ with grpcio-tools 1.62 by tools/gen_proto.sh).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -32,14 +33,20 @@ def to_tensor(array: np.ndarray) -> wire_pb2.Tensor:
     return wire_pb2.Tensor(dtype=array.dtype.name, shape=array.shape, data=array.tobytes())
 
 
+# The dtypes a batch may carry; anything else (object, strings, structs) is refused unread.
+WIRE_DTYPES = frozenset({"float32", "float64", "float16", "int64", "int32", "uint8", "bool"})
+
+
 def from_tensor(tensor: wire_pb2.Tensor, name: str) -> np.ndarray:
-    try:
-        dtype = np.dtype(tensor.dtype)
-    except TypeError:
-        raise BatchError(f"{name}: unknown dtype {tensor.dtype!r}") from None
+    if tensor.dtype not in WIRE_DTYPES:
+        raise BatchError(f"{name}: dtype {tensor.dtype[:32]!r} is not one of "
+                         f"{', '.join(sorted(WIRE_DTYPES))}")
+    dtype = np.dtype(tensor.dtype)
     shape = tuple(tensor.shape)
-    if any(d < 0 for d in shape) or int(np.prod(shape)) * dtype.itemsize != len(tensor.data):
-        raise BatchError(f"{name}: {len(tensor.data)} bytes do not fill shape {list(shape)}")
+    # Python integers: a product of huge claimed dims must not wrap around in int64.
+    if len(shape) > 8 or any(d < 0 for d in shape) or \
+            math.prod(shape) * dtype.itemsize != len(tensor.data):
+        raise BatchError(f"{name}: {len(tensor.data)} bytes do not fill shape {list(shape)[:8]}")
     return np.frombuffer(tensor.data, dtype=dtype).reshape(shape)
 
 
@@ -160,6 +167,8 @@ def validate_batch(
     if action["kind"] == "discrete":
         if np.any(t.action < 0) or np.any(t.action >= action["n"]):
             raise BatchError(f"action: values outside [0, {action['n']})")
+    if not all(math.isfinite(r) for r in batch.episode_returns):
+        raise BatchError("episode_returns: holds non-finite values")
     return t
 
 

@@ -34,6 +34,11 @@ class LearnerStub(object):
                 request_serializer=edge__rl_dot_device_dot_wire__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=edge__rl_dot_device_dot_wire__pb2.HeartbeatReply.FromString,
                 )
+        self.Status = channel.unary_unary(
+                '/edge_rl.v1.Learner/Status',
+                request_serializer=edge__rl_dot_device_dot_wire__pb2.StatusRequest.SerializeToString,
+                response_deserializer=edge__rl_dot_device_dot_wire__pb2.StatusReply.FromString,
+                )
 
 
 class LearnerServicer(object):
@@ -63,6 +68,12 @@ class LearnerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Status(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LearnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -85,6 +96,11 @@ def add_LearnerServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=edge__rl_dot_device_dot_wire__pb2.HeartbeatRequest.FromString,
                     response_serializer=edge__rl_dot_device_dot_wire__pb2.HeartbeatReply.SerializeToString,
+            ),
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=edge__rl_dot_device_dot_wire__pb2.StatusRequest.FromString,
+                    response_serializer=edge__rl_dot_device_dot_wire__pb2.StatusReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -161,5 +177,22 @@ class Learner(object):
         return grpc.experimental.unary_unary(request, target, '/edge_rl.v1.Learner/Heartbeat',
             edge__rl_dot_device_dot_wire__pb2.HeartbeatRequest.SerializeToString,
             edge__rl_dot_device_dot_wire__pb2.HeartbeatReply.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/edge_rl.v1.Learner/Status',
+            edge__rl_dot_device_dot_wire__pb2.StatusRequest.SerializeToString,
+            edge__rl_dot_device_dot_wire__pb2.StatusReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -17,17 +17,6 @@ from edge_rl.config import PRECISIONS, TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
-# Flags of `edge-rl train` that map one-to-one onto TrainConfig fields.
-TRAIN_FIELDS = (
-    "env", "algo", "steps", "actors", "actor_precision", "publish_every", "seed", "out",
-    "target_return", "lockstep", "hidden", "learning_rate", "batch_size", "updates_per_step",
-    "warmup_steps", "replay_capacity", "nstep", "num_envs", "batch_transitions",
-    "max_in_flight", "eval_every", "eval_episodes", "checkpoint_every", "port", "gamma",
-    "sparsity", "critic_sparsity", "topology", "topology_interval", "drop_fraction",
-    "topology_end", "distribution", "tiny", "critic_hidden", "rlx2", "delayed_nstep",
-    "nstep_delay", "dynamic_buffer", "buffer_check_interval", "buffer_threshold", "buffer_min",
-)
-
 
 class TqdmHandler(logging.Handler):
     """Log lines printed above the progress bar instead of through it."""
@@ -66,73 +55,89 @@ def cli(verbose: bool) -> None:
     setup_logging(verbose)
 
 
-@cli.command()
-@click.option("--env", help="Gymnasium env id, or package.module:EnvId.  [default: CartPole-v1]")
-@click.option("--algo", help="dqn, td3 or sac.  [default: dqn]")
-@click.option("--steps", type=int, help="Env steps to train for.  [default: 100000]")
-@click.option("--actors", type=int, help="Local actor processes.  [default: 1]")
-@click.option("--actor-precision", type=click.Choice(PRECISIONS),
-              help="Precision of the policy actors explore with.  [default: int8]")
-@click.option("--publish-every", type=int,
-              help="Learner updates between broadcasts.  [default: 1000]")
-@click.option("--seed", type=int, help="Random seed.  [default: 0]")
-@click.option("--out", help="Run directory.  [default: runs/ENV-ALGO-SEED]")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--config", "config_file", type=click.Path(),
-              help="A saved config.json to re-run; other flags override it.")
-@click.option("--target-return", type=float, help="Stop once the greedy evaluation reaches this.")
-@click.option("--lockstep", is_flag=True, default=None,
-              help="One actor, exact updates per transition: reproducible for a seed.")
-@click.option("--hidden", callback=parse_hidden, help="Hidden layer sizes, e.g. 256,256.")
-@click.option("--learning-rate", type=float)
-@click.option("--batch-size", type=int, help="Learner minibatch size.")
-@click.option("--updates-per-step", type=float, help="Learner updates per env step inserted.")
-@click.option("--warmup-steps", type=int, help="Env steps before the first update.")
-@click.option("--replay-capacity", type=int)
-@click.option("--nstep", type=int,
-              help="n-step returns.  [default: 3 for dqn and --delayed-nstep, else 1]")
-@click.option("--gamma", type=float, help="Discount.  [default: 0.99]")
-@click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]")
-@click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]")
-@click.option("--max-in-flight", type=int, help="Unacked batches per actor.  [default: 4]")
-@click.option("--eval-every", type=int, help="Env steps between greedy evaluations.")
-@click.option("--eval-episodes", type=int, help="Episodes per evaluation.  [default: 20]")
-@click.option("--checkpoint-every", type=int, help="Env steps between checkpoints.")
-@click.option("--port", type=int, help="gRPC port on 127.0.0.1 (0: any free).  [default: 0]")
-@click.option("--sparsity", type=float,
-              help="Sparse networks: the actor's (DQN: the Q-network's) sparsity, e.g. 0.9.")
-@click.option("--critic-sparsity", type=float, help="The critics' sparsity.  [default: --sparsity]")
-@click.option("--topology", type=click.Choice(TOPOLOGIES),
-              help="How masks evolve: RigL, SET, a fixed random mask, gradual magnitude pruning "
-                   "(TFMOT), or dense.  [default: rigl with a sparsity, else dense]")
-@click.option("--topology-interval", type=int,
-              help="Env steps between topology updates (prune: a tenth).  [default: 10000]")
-@click.option("--drop-fraction", type=float,
-              help="Fraction of active weights replaced at first; cosine to 0.  [default: 0.5]")
-@click.option("--topology-end", type=int,
-              help="Env step of the last topology update.  [default: --steps]")
-@click.option("--distribution", type=click.Choice(DISTRIBUTIONS),
-              help="How sparsity is spread over layers.  [default: erk]")
-@click.option("--tiny", is_flag=True, default=None,
-              help="Train a dense network with the sparse one's parameter count instead.")
-@click.option("--critic-hidden", callback=parse_hidden,
-              help="Critic layer sizes.  [default: --hidden]")
-@click.option("--rlx2", is_flag=True, default=None,
-              help="RLx2: --delayed-nstep and --dynamic-buffer.")
-@click.option("--delayed-nstep", is_flag=True, default=None,
-              help="1-step TD targets until --nstep-delay, then --nstep (default 3).")
-@click.option("--nstep-delay", type=int,
-              help="Env steps of 1-step targets.  [default: 10% of --steps]")
-@click.option("--dynamic-buffer", is_flag=True, default=None,
-              help="Drop the oldest 10% of replay when it is too off-policy.")
-@click.option("--buffer-check-interval", type=int,
-              help="Env steps between policy-distance checks.  [default: 10000]")
-@click.option("--buffer-threshold", type=float,
-              help="Policy distance above which replay shrinks.  [default: 0.2]")
-@click.option("--buffer-min", type=int,
-              help="Replay never shrinks below this.  [default: --replay-capacity / 10]")
-def train(resume: bool, config_file: str | None, **flags) -> None:
-    """Train a policy: a TF-Agents learner with actors exploring over gRPC."""
+# The run flags `edge-rl train` and `edge-rl learner` share (each maps onto TrainConfig).
+RUN_OPTIONS = [
+    click.option("--env",
+                 help="Gymnasium env id, or package.module:EnvId.  [default: CartPole-v1]"),
+    click.option("--algo", help="dqn, td3 or sac.  [default: dqn]"),
+    click.option("--steps", type=int, help="Env steps to train for.  [default: 100000]"),
+    click.option("--actors", type=int,
+                 help="Local actor processes.  [default: 1; learner: 0]"),
+    click.option("--actor-precision", type=click.Choice(PRECISIONS),
+                 help="Precision of the policy actors explore with.  [default: int8]"),
+    click.option("--publish-every", type=int,
+                 help="Learner updates between broadcasts.  [default: 1000]"),
+    click.option("--seed", type=int, help="Random seed.  [default: 0]"),
+    click.option("--out", help="Run directory.  [default: runs/ENV-ALGO-SEED]"),
+    click.option("--target-return", type=float,
+                 help="Stop once the greedy evaluation reaches this."),
+    click.option("--lockstep", is_flag=True, default=None,
+                 help="One actor, exact updates per transition: reproducible for a seed."),
+    click.option("--hidden", callback=parse_hidden, help="Hidden layer sizes, e.g. 256,256."),
+    click.option("--learning-rate", type=float),
+    click.option("--batch-size", type=int, help="Learner minibatch size."),
+    click.option("--updates-per-step", type=float, help="Learner updates per env step inserted."),
+    click.option("--warmup-steps", type=int, help="Env steps before the first update."),
+    click.option("--replay-capacity", type=int),
+    click.option("--nstep", type=int,
+                 help="n-step returns.  [default: 3 for dqn and --delayed-nstep, else 1]"),
+    click.option("--gamma", type=float, help="Discount.  [default: 0.99]"),
+    click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]"),
+    click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]"),
+    click.option("--max-in-flight", type=int, help="Unacked batches per actor.  [default: 4]"),
+    click.option("--eval-every", type=int, help="Env steps between greedy evaluations."),
+    click.option("--eval-episodes", type=int, help="Episodes per evaluation.  [default: 20]"),
+    click.option("--checkpoint-every", type=int, help="Env steps between checkpoints."),
+    click.option("--port", type=int, help="gRPC port (0: any free).  [default: 0]"),
+    click.option("--sparsity", type=float,
+                 help="Sparse networks: the actor's (DQN: the Q-network's) sparsity, e.g. 0.9."),
+    click.option("--critic-sparsity", type=float,
+                 help="The critics' sparsity.  [default: --sparsity]"),
+    click.option("--topology", type=click.Choice(TOPOLOGIES),
+                 help="How masks evolve: RigL, SET, a fixed random mask, gradual magnitude pruning "
+                      "(TFMOT), or dense.  [default: rigl with a sparsity, else dense]"),
+    click.option("--topology-interval", type=int,
+                 help="Env steps between topology updates (prune: a tenth).  [default: 10000]"),
+    click.option("--drop-fraction", type=float,
+                 help="Fraction of active weights replaced at first; cosine to 0.  [default: 0.5]"),
+    click.option("--topology-end", type=int,
+                 help="Env step of the last topology update.  [default: --steps]"),
+    click.option("--distribution", type=click.Choice(DISTRIBUTIONS),
+                 help="How sparsity is spread over layers.  [default: erk]"),
+    click.option("--tiny", is_flag=True, default=None,
+                 help="Train a dense network with the sparse one's parameter count instead."),
+    click.option("--critic-hidden", callback=parse_hidden,
+                 help="Critic layer sizes.  [default: --hidden]"),
+    click.option("--rlx2", is_flag=True, default=None,
+                 help="RLx2: --delayed-nstep and --dynamic-buffer."),
+    click.option("--delayed-nstep", is_flag=True, default=None,
+                 help="1-step TD targets until --nstep-delay, then --nstep (default 3)."),
+    click.option("--nstep-delay", type=int,
+                 help="Env steps of 1-step targets.  [default: 10% of --steps]"),
+    click.option("--dynamic-buffer", is_flag=True, default=None,
+                 help="Drop the oldest 10% of replay when it is too off-policy."),
+    click.option("--buffer-check-interval", type=int,
+                 help="Env steps between policy-distance checks.  [default: 10000]"),
+    click.option("--buffer-threshold", type=float,
+                 help="Policy distance above which replay shrinks.  [default: 0.2]"),
+    click.option("--buffer-min", type=int,
+                 help="Replay never shrinks below this.  [default: --replay-capacity / 10]"),
+]
+RESUME_OPTION = click.option("--resume", is_flag=True,
+                             help="Continue the run in --out from its last checkpoint.")
+CONFIG_OPTION = click.option("--config", "config_file", type=click.Path(),
+                 help="A saved config.json to re-run; other flags override it.")
+
+
+def run_options(command):
+    """Apply --resume, --config and RUN_OPTIONS to a command."""
+    for option in reversed([RESUME_OPTION, CONFIG_OPTION, *RUN_OPTIONS]):
+        command = option(command)
+    return command
+
+
+def run_config(resume: bool, config_file: str | None, flags: dict) -> TrainConfig:
+    """The run's config: a saved one (--config, or the run being resumed) plus the flags."""
     given = {k: v for k, v in flags.items() if v is not None}
     if config_file:
         base = TrainConfig.load(config_file)
@@ -142,10 +147,10 @@ def train(resume: bool, config_file: str | None, **flags) -> None:
         base = TrainConfig.load(Path(given["out"]) / "config.json")
     else:
         base = TrainConfig()
-    config = base.replace(**given)
-    from edge_rl.train import run_training
+    return base.replace(**given)
 
-    summary = run_training(config, resume=resume)
+
+def report_summary(summary: dict) -> None:
     best = summary["best_return"]
     click.echo(json.dumps(summary, indent=2))
     if best:
@@ -153,6 +158,39 @@ def train(resume: bool, config_file: str | None, **flags) -> None:
             f"best greedy return {best['mean']:.1f} ± {best['std']:.1f} "
             f"({best['episodes']} episodes); policy: {summary['policy_file']}"
         )
+
+
+@cli.command()
+@run_options
+def train(resume: bool, config_file: str | None, **flags) -> None:
+    """Train a policy: a TF-Agents learner with actors exploring over gRPC."""
+    from edge_rl.train import run_training
+
+    report_summary(run_training(run_config(resume, config_file, flags), resume=resume))
+
+
+@cli.command()
+@run_options
+@click.option("--host", help="Address to listen on; 0.0.0.0 for every interface. "
+                             "[default: 127.0.0.1]")
+@click.option("--token-file", type=click.Path(),
+              help="File of tokens actors must present, one per line.")
+@click.option("--tls-cert", type=click.Path(), help="PEM certificate: serve over TLS.")
+@click.option("--tls-key", type=click.Path(), help="PEM private key of --tls-cert.")
+@click.option("--insecure", is_flag=True, default=None,
+              help="Allow a non-loopback --host without --token-file.")
+@click.option("--actor-timeout", type=float,
+              help="Seconds of silence before an actor counts as gone.  [default: 15]")
+def learner(resume: bool, config_file: str | None, **flags) -> None:
+    """Run a learner that waits for actors on other machines (`edge-rl actor`)."""
+    from edge_rl.train import run_training
+
+    if flags.get("actors") is None and not resume and not config_file:
+        flags["actors"] = 0  # the fleet brings the actors; --actors N adds local ones
+    config = run_config(resume, config_file, flags)
+    if config.port == 0:
+        raise UserError("a learner needs a fixed --port for its actors to find it")
+    report_summary(run_training(config, resume=resume))
 
 
 @cli.command()
@@ -202,24 +240,74 @@ def eval_command(policy_file: str, env: str | None, episodes: int, seed: int,
 
 @cli.command()
 @click.option("--learner", required=True, help="HOST:PORT of the learner's gRPC service.")
-@click.option("--actor-id", default=None, help="Stable id of this actor.  [default: hostname-pid]")
+@click.option("--token-file", type=click.Path(), help="File holding this actor's token.")
+@click.option("--tls-ca", type=click.Path(),
+              help="PEM certificate(s) to trust: talk TLS to the learner.")
+@click.option("--spool", type=click.Path(),
+              help="Folder for unacked batches, the actor's id and its next seq; survives "
+                   "restarts.  [default: in memory]")
+@click.option("--spool-max-mb", type=float, default=256.0, show_default=True,
+              help="Spool budget; when full, the oldest batches are dropped.")
+@click.option("--actor-id", default=None,
+              help="Stable id of this actor.  [default: the spool's, else hostname-pid]")
 @click.option("--max-steps", type=int, help="Stop after this many env steps.")
 @click.option("--parent-pid", type=int, hidden=True)
-def actor(learner: str, actor_id: str | None, max_steps: int | None,
+def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str | None,
+          spool_max_mb: float, actor_id: str | None, max_steps: int | None,
           parent_pid: int | None) -> None:
     """Run one actor against a learner (device runtime only, no TensorFlow)."""
-    import os
-    import socket
-
     from edge_rl.device.actor import die_with_parent, run_actor
+    from edge_rl.device.client import read_token
 
+    if spool_max_mb <= 0:
+        raise UserError("--spool-max-mb must be positive")
     if parent_pid is not None:
         die_with_parent(parent_pid)
     try:
-        run_actor(learner, actor_id or f"{socket.gethostname()}-{os.getpid()}",
-                  max_steps=max_steps)
+        run_actor(learner, actor_id, spool=spool, spool_max_mb=spool_max_mb,
+                  token=read_token(token_file), tls_ca=tls_ca, max_steps=max_steps)
     except KeyboardInterrupt:
         pass
+
+
+@cli.command()
+@click.argument("learner")
+@click.option("--token-file", type=click.Path(), help="File holding a token the learner accepts.")
+@click.option("--tls-ca", type=click.Path(), help="PEM certificate(s) to trust: talk TLS.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(learner: str, token_file: str | None, tls_ca: str | None, as_json: bool) -> None:
+    """Show a learner's run, step and policy version, and its actors (LEARNER is HOST:PORT)."""
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+
+    from edge_rl.device.client import LearnerClient, read_token
+
+    client = LearnerClient(learner, token=read_token(token_file), tls_ca=tls_ca)
+    try:
+        reply = client.status()
+    except grpc.RpcError as err:
+        raise UserError(f"learner at {learner}: {err.code().name}: {err.details()}") from None
+    finally:
+        client.close()
+    if as_json:
+        click.echo(json.dumps(MessageToDict(reply, preserving_proto_field_name=True,
+                                            including_default_value_fields=True), indent=2))
+        return
+    click.echo(f"run {reply.run_id}: {reply.algo} on {reply.env_id}, {reply.env_steps} env "
+               f"steps, {reply.learner_updates} updates, policy v{reply.policy_version}, "
+               f"up {reply.uptime_seconds:.0f} s, {reply.batches_refused} inserts refused")
+    header = ("actor", "host", "policy", "steps/s", "last seen", "spooled", "rejected",
+              "dropped", "inserted")
+    rows = [header] + [
+        (a.actor_id, a.host or "-", f"v{a.policy_version}", f"{a.steps_per_second:.0f}",
+         "gone" if a.gone else f"{a.seconds_since_seen:.1f} s ago", str(a.batches_spooled),
+         str(a.batches_rejected), str(a.batches_dropped), str(a.batches_inserted))
+        for a in reply.actors
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo("  ".join(cells).rstrip())
 
 
 def main() -> None:

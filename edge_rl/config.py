@@ -53,7 +53,15 @@ class TrainConfig:
     eval_every: int | None = None  # env steps between greedy evaluations
     eval_episodes: int = 20
     checkpoint_every: int | None = None  # env steps between checkpoints
-    port: int = 0  # gRPC port on 127.0.0.1; 0 picks a free one
+    port: int = 0  # gRPC port; 0 picks a free one
+
+    # serving (`edge-rl learner`: actors on other machines)
+    host: str = "127.0.0.1"  # address to listen on; 0.0.0.0 for every interface
+    token_file: str | None = None  # file of accepted tokens, one per line
+    tls_cert: str | None = None  # PEM certificate and key: TLS instead of plain TCP
+    tls_key: str | None = None
+    insecure: bool = False  # allow a non-loopback host without tokens
+    actor_timeout: float = 15.0  # seconds of silence before an actor counts as gone
 
     # sparse networks (RigL on TFMOT; see edge_rl.sparse)
     sparsity: float = 0.0  # of the actor (DQN: the Q-network); 0 = dense
@@ -102,7 +110,11 @@ class TrainConfig:
                 f"--actor-precision must be one of {', '.join(PRECISIONS)}, "
                 f"not {self.actor_precision!r}"
             )
-        positive = ["steps", "actors", "num_envs", "batch_transitions", "max_in_flight",
+        if self.actors < 0:
+            raise UserError("--actors must not be negative")
+        if self.actor_timeout <= 0:
+            raise UserError("--actor-timeout must be positive")
+        positive = ["steps", "num_envs", "batch_transitions", "max_in_flight",
                     "publish_every", "eval_episodes", "replay_capacity", "nstep"]
         for name in positive:
             if getattr(self, name) <= 0:

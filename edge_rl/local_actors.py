@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 
 class LocalActors:
-    def __init__(self, count: int, address: str, log_dir: Path):
+    def __init__(self, count: int, address: str, log_dir: Path, token_file: str | None = None,
+                 tls_ca: str | None = None):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: list[subprocess.Popen] = []
         self.log_files = []
@@ -32,6 +33,10 @@ class LocalActors:
                 "--actor-id", f"local-{index}",
                 "--parent-pid", str(os.getpid()),
             ]
+            if token_file:
+                command += ["--token-file", token_file]
+            if tls_ca:
+                command += ["--tls-ca", tls_ca]
             self.processes.append(subprocess.Popen(
                 command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,

@@ -1,38 +1,54 @@
-"""The learner's gRPC service and the Exchange it shares with the learner loop.
+"""The learner's gRPC service: the only code that knows about the network.
 
-The service is the only code that knows about the network. It validates what actors send and
-hands the learner a queue of checked batches (`Exchange.batches`); the learner inserts them
-into replay and then releases each batch's ack, late when actors run ahead of the updates:
-that delay is the flow control. Bad input gets a status code and a message, never an
-exception that reaches the learner.
+It checks every call's token, validates what actors send and hands the learner checked batches
+through the Exchange. An Insert is answered only once its batch is durable in the replay log
+and the learner has let it go (late when the actors run ahead of the updates: that delay is
+the flow control). Bad input gets a status code and a message, never an exception that
+reaches the learner:
+
+  INVALID_ARGUMENT     undecodable bytes, wrong shapes or dtypes, non-finite values
+  RESOURCE_EXHAUSTED   a batch over the size limit
+  FAILED_PRECONDITION  another protocol version, another run, an actor that has not said Hello
+  UNAUTHENTICATED      no token or a wrong one (nothing else is looked at)
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import logging
-import queue
-import threading
+import socket
 import time
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
-from edge_rl.device import wire_pb2, wire_pb2_grpc
+from edge_rl.device import wire_pb2
 from edge_rl.device.client import CHANNEL_OPTIONS
+from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.wire import (
     PROTOCOL_VERSION,
     BatchError,
     BatchTooLarge,
-    Transitions,
     decode_batch,
     policy_chunks,
     validate_batch,
 )
+from edge_rl.exchange import Exchange, PendingBatch, replay_key
 
 log = logging.getLogger(__name__)
+
+SERVICE = "edge_rl.v1.Learner"
+SERVER_OPTIONS = CHANNEL_OPTIONS + [
+    ("grpc.so_reuseport", 0),  # a second learner on the same port fails instead of sharing it
+    ("grpc.keepalive_permit_without_calls", 1),  # actors ping to find dead links
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
 
 
 @dataclass
@@ -52,108 +68,9 @@ class RunInfo:
     exploration: Callable[[int], ExplorationSettings]  # actor index -> settings
 
 
-@dataclass
-class PendingBatch:
-    """A validated batch waiting for the learner; `acked` is set once it is in replay."""
+class LearnerService:
+    """The five calls of wire.proto's Learner service."""
 
-    actor_key: int
-    actor_id: str
-    seq: int
-    transitions: Transitions
-    episode_returns: list[float]
-    actor_env_steps: int
-    policy_version: int = 0  # of the policy that acted
-    acked: threading.Event = field(default_factory=threading.Event)
-
-
-class Ledger:
-    """Which (actor id, seq) pairs are in replay: a contiguous prefix plus stragglers."""
-
-    def __init__(self, state: dict | None = None):
-        self.prefix: dict[str, int] = {}  # every seq below this is inserted
-        self.extra: dict[str, set[int]] = {}
-        for actor_id, (prefix, extra) in (state or {}).items():
-            self.prefix[actor_id] = int(prefix)
-            self.extra[actor_id] = {int(s) for s in extra}
-
-    def __contains__(self, item: tuple[str, int]) -> bool:
-        actor_id, seq = item
-        return seq < self.prefix.get(actor_id, 0) or seq in self.extra.get(actor_id, ())
-
-    def add(self, actor_id: str, seq: int) -> None:
-        extra = self.extra.setdefault(actor_id, set())
-        extra.add(seq)
-        prefix = self.prefix.get(actor_id, 0)
-        while prefix in extra:
-            extra.remove(prefix)
-            prefix += 1
-        self.prefix[actor_id] = prefix
-
-    def next_seq(self, actor_id: str) -> int:
-        return max([self.prefix.get(actor_id, 0), *(s + 1 for s in self.extra.get(actor_id, ()))])
-
-    def state(self) -> dict:
-        return {a: [self.prefix[a], sorted(self.extra.get(a, ()))] for a in self.prefix}
-
-
-class Exchange:
-    """What the learner loop and the gRPC service share."""
-
-    def __init__(self, ledger: Ledger | None = None):
-        self.batches: queue.Queue[PendingBatch] = queue.Queue()
-        self.ledger = ledger or Ledger()
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, int], PendingBatch] = {}
-        self._policy: tuple[int, bytes] = (0, b"")
-        self._actor_keys: dict[tuple[str, int], int] = {}
-        self._actor_index: dict[str, int] = {}
-        self.actor_rates: dict[str, tuple[float, float]] = {}  # actor -> (time, steps/s)
-
-    def put_policy(self, version: int, model: bytes) -> None:
-        with self._lock:
-            self._policy = (version, model)
-
-    @property
-    def policy(self) -> tuple[int, bytes]:
-        return self._policy
-
-    def actor_key(self, actor_id: str, incarnation: int) -> tuple[int, int]:
-        """(replay key, actor index) for an actor; a new incarnation gets a new replay key."""
-        with self._lock:
-            index = self._actor_index.setdefault(actor_id, len(self._actor_index))
-            key = self._actor_keys.setdefault((actor_id, incarnation), len(self._actor_keys))
-            return key, index
-
-    def known_key(self, actor_id: str, incarnation: int) -> int | None:
-        return self._actor_keys.get((actor_id, incarnation))
-
-    def submit(self, batch: PendingBatch) -> tuple[PendingBatch | None, bool]:
-        """Queue a batch unless it is a duplicate; returns (the batch whose ack to wait for,
-        duplicate). A batch already in replay needs no wait (None)."""
-        key = (batch.actor_id, batch.seq)
-        with self._lock:
-            if key in self.ledger:
-                return None, True
-            if key in self._pending:
-                return self._pending[key], True
-            self._pending[key] = batch
-        self.batches.put(batch)
-        return batch, False
-
-    def inserted(self, batch: PendingBatch) -> None:
-        """Called by the learner once `batch` is in replay (not yet acked)."""
-        with self._lock:
-            self.ledger.add(batch.actor_id, batch.seq)
-            self._pending.pop((batch.actor_id, batch.seq), None)
-
-    def drop_pending(self) -> None:
-        """Forget batches the learner will not insert (it is stopping); actors keep them."""
-        with self._lock:
-            self._pending.clear()
-
-
-class LearnerService(wire_pb2_grpc.LearnerServicer):
     def __init__(self, run: RunInfo, exchange: Exchange):
         self.run = run
         self.exchange = exchange
@@ -165,25 +82,28 @@ class LearnerService(wire_pb2_grpc.LearnerServicer):
                 f"actor speaks protocol version {request.protocol_version}, "
                 f"this learner speaks version {PROTOCOL_VERSION}",
             )
-        if not request.actor_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "actor_id is empty")
-        _, index = self.exchange.actor_key(request.actor_id, request.incarnation)
+        if not request.actor_id or len(request.actor_id) > 200:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "actor_id must be 1-200 characters")
+        record = self.exchange.hello(request.actor_id, request.incarnation, request.host[:200],
+                                     request.runtime[:200])
         run = self.run
-        log.info("actor %s (incarnation %d, %s) joined", request.actor_id, request.incarnation,
+        log.info("actor %s (incarnation %d, %s, %s) joined", request.actor_id,
+                 request.incarnation, request.host or "unknown host",
                  request.runtime or "unknown runtime")
         return wire_pb2.HelloReply(
             protocol_version=PROTOCOL_VERSION,
             run_id=run.run_id,
             env_id=run.env_id,
             algo=run.algo,
-            exploration_json=run.exploration(index).to_json(),
+            exploration_json=run.exploration(record.index).to_json(),
             batch_transitions=run.batch_transitions,
             max_in_flight=run.max_in_flight,
             lockstep=run.lockstep,
-            seed=run.seed + 1000 * (index + 1),
+            seed=run.seed + 1000 * (record.index + 1),
             next_seq=self.exchange.ledger.next_seq(request.actor_id),
             policy_version=self.exchange.policy[0],
             num_envs=run.num_envs,
+            learner_session=self.exchange.session,
         )
 
     def GetPolicy(self, request, context):
@@ -191,61 +111,209 @@ class LearnerService(wire_pb2_grpc.LearnerServicer):
         if version > request.have_version:
             yield from policy_chunks(version, model)
 
-    def Insert(self, request, context):
+    def _refuse(self, context, code: grpc.StatusCode, message: str):
+        self.exchange.refused += 1
+        context.abort(code, message)
+
+    def Insert(self, raw: bytes, context):
+        """Takes the request's bytes unparsed (see `_handlers`): anything undecodable is
+        INVALID_ARGUMENT from here, not a framework error."""
+        request = wire_pb2.InsertRequest()
         try:
+            request.ParseFromString(raw)
             batch = decode_batch(request.batch)
         except BatchError as err:
-            status = (grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(err, BatchTooLarge)
-                      else grpc.StatusCode.INVALID_ARGUMENT)
-            context.abort(status, str(err))
+            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(err, BatchTooLarge)
+                    else grpc.StatusCode.INVALID_ARGUMENT)
+            self._refuse(context, code, str(err))
+        except Exception:  # protobuf's DecodeError
+            self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                         "request bytes are not an InsertRequest")
         if batch.protocol_version != PROTOCOL_VERSION:
-            context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"batch uses protocol version {batch.protocol_version}, "
-                f"this learner speaks version {PROTOCOL_VERSION}",
-            )
+            self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
+                         f"batch uses protocol version {batch.protocol_version}, "
+                         f"this learner speaks version {PROTOCOL_VERSION}")
         if batch.run_id != self.run.run_id:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"unknown run {batch.run_id!r}")
-        actor_key = self.exchange.known_key(batch.actor_id, batch.incarnation)
-        if actor_key is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"actor {batch.actor_id!r} must say Hello before inserting")
+            self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
+                         f"unknown run {batch.run_id[:64]!r}")
+        if not self.exchange.known(batch.actor_id):
+            self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
+                         f"actor {batch.actor_id[:64]!r} has not said Hello to this learner")
         try:
             transitions = validate_batch(batch, self.run.observation_shape, self.run.action)
         except BatchError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         pending, duplicate = self.exchange.submit(PendingBatch(
-            actor_key, batch.actor_id, batch.seq, transitions,
-            list(batch.episode_returns), batch.env_steps, batch.policy_version,
-        ))
+            replay_key(batch.actor_id, batch.incarnation), batch.actor_id, batch.seq,
+            transitions, list(batch.episode_returns), batch.env_steps, batch.policy_version,
+        ), request.batch)
         if pending is not None:
             while not pending.acked.wait(timeout=0.5):
                 if self.exchange.stopping.is_set():
                     context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
                 if not context.is_active():
                     return wire_pb2.InsertReply()
+            position = pending.log_position
+        else:
+            position = self.exchange.log.written  # in replay; its record may await its fsync
+        while not self.exchange.log.wait_durable(position, timeout=0.5):
+            if not context.is_active():
+                return wire_pb2.InsertReply()
         return wire_pb2.InsertReply(
             seq=batch.seq, duplicate=duplicate, policy_version=self.exchange.policy[0]
         )
 
     def Heartbeat(self, request, context):
-        self.exchange.actor_rates[request.actor_id] = (time.monotonic(), request.steps_per_second)
+        self.exchange.heartbeat(
+            request.actor_id,
+            host=request.host[:200],
+            policy_version=request.policy_version,
+            steps_per_second=request.steps_per_second,
+            env_steps=request.env_steps,
+            batches_spooled=request.batches_spooled,
+            batches_rejected=request.batches_rejected,
+            batches_dropped=request.batches_dropped,
+        )
         return wire_pb2.HeartbeatReply(
-            policy_version=self.exchange.policy[0], stop=self.exchange.stopping.is_set()
+            policy_version=self.exchange.policy[0],
+            stop=self.exchange.stopping.is_set(),
+            learner_session=self.exchange.session,
+        )
+
+    def Status(self, request, context):
+        exchange, now = self.exchange, time.monotonic()
+        actors = [
+            wire_pb2.ActorStatus(
+                actor_id=r.actor_id, host=r.host, incarnation=r.incarnation,
+                policy_version=r.policy_version, steps_per_second=r.steps_per_second,
+                seconds_since_seen=now - r.last_seen if r.last_seen else -1.0, gone=r.gone,
+                batches_spooled=r.batches_spooled, batches_rejected=r.batches_rejected,
+                batches_dropped=r.batches_dropped,
+                batches_inserted=exchange.ledger.count(r.actor_id), env_steps=r.env_steps,
+            )
+            for r in sorted(exchange.actors.values(), key=lambda r: r.index)
+        ]
+        return wire_pb2.StatusReply(
+            run_id=self.run.run_id, env_id=self.run.env_id, algo=self.run.algo,
+            env_steps=exchange.progress["env_steps"],
+            learner_updates=exchange.progress["updates"],
+            policy_version=exchange.policy[0], uptime_seconds=now - exchange.started,
+            actors=actors, batches_refused=exchange.refused,
         )
 
 
-def start_server(service: LearnerService, port: int, max_workers: int) -> tuple[grpc.Server, int]:
-    """Serve on 127.0.0.1:port (0 = any free port); returns (server, port)."""
+def _handlers(service: LearnerService) -> grpc.GenericRpcHandler:
+    """The service's method table; Insert gets its request as raw bytes."""
+    unary = grpc.unary_unary_rpc_method_handler
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Hello": unary(service.Hello, wire_pb2.HelloRequest.FromString,
+                       wire_pb2.HelloReply.SerializeToString),
+        "GetPolicy": grpc.unary_stream_rpc_method_handler(
+            service.GetPolicy, wire_pb2.PolicyRequest.FromString,
+            wire_pb2.PolicyChunk.SerializeToString),
+        "Insert": unary(service.Insert, None, wire_pb2.InsertReply.SerializeToString),
+        "Heartbeat": unary(service.Heartbeat, wire_pb2.HeartbeatRequest.FromString,
+                           wire_pb2.HeartbeatReply.SerializeToString),
+        "Status": unary(service.Status, wire_pb2.StatusRequest.FromString,
+                        wire_pb2.StatusReply.SerializeToString),
+    })
+
+
+class TokenCheck(grpc.ServerInterceptor):
+    """Refuses every call whose `authorization: Bearer TOKEN` is missing or not a known token,
+    before its request is even parsed."""
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = [t.encode() for t in tokens]
+
+    def _valid(self, metadata) -> bool:
+        for key, value in metadata or ():
+            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+                given = value[len("Bearer "):].encode()
+                # compare against every token, so the time taken says nothing about which
+                return any([hmac.compare_digest(given, t) for t in self.tokens])
+        return False
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or self._valid(details.invocation_metadata):
+            return handler
+
+        def refuse(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+
+        def refuse_stream(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+            yield  # a generator, as stream handlers are
+
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(refuse_stream)
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def read_tokens(path: str | Path) -> list[str]:
+    """Every non-empty, non-comment line of a token file is a valid token."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as err:
+        raise UserError(f"cannot read token file {path}: {err.strerror}") from None
+    tokens = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    if not tokens:
+        raise UserError(f"token file {path} holds no token")
+    if any(len(t) < 16 for t in tokens):
+        raise UserError(f"token file {path}: tokens must be at least 16 characters "
+                        "(e.g. `python -c 'import secrets; print(secrets.token_hex(16))'`)")
+    return tokens
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+        except (OSError, ValueError):
+            return False
+
+
+def start_server(
+    service: LearnerService,
+    port: int,
+    max_workers: int,
+    host: str = "127.0.0.1",
+    token_file: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    insecure: bool = False,
+) -> tuple[grpc.Server, int]:
+    """Serve on host:port (0 = any free port); returns (server, port)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise UserError("TLS needs both --tls-cert and --tls-key")
+    if token_file is None and not insecure and not is_loopback(host):
+        raise UserError(f"refusing to listen on {host} without --token-file: anyone who can "
+                        "reach it could feed this learner (add --insecure if that is intended)")
+    interceptors = [TokenCheck(read_tokens(token_file))] if token_file else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-        options=CHANNEL_OPTIONS,
+        handlers=[_handlers(service)],
+        interceptors=interceptors,
+        options=SERVER_OPTIONS,
     )
-    wire_pb2_grpc.add_LearnerServicer_to_server(service, server)
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        if tls_cert is not None:
+            try:
+                pair = (Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())
+            except OSError as err:
+                raise UserError(f"cannot read {err.filename}: {err.strerror}") from None
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
     if bound == 0:
-        from edge_rl.device.errors import UserError
-
-        raise UserError(f"cannot listen on 127.0.0.1:{port} (in use?)")
+        raise UserError(f"cannot listen on {address} (in use, or not this machine's address?)")
     server.start()
     return server, bound

@@ -42,9 +42,10 @@ from edge_rl.device.evaluate import EvalResult, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.device.policy_file import pack_policy
 from edge_rl.evolution import Evolution, next_multiple
+from edge_rl.ingest import Ingest
 from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
-from edge_rl.server import Exchange, LearnerService, Ledger, PendingBatch, RunInfo, start_server
+from edge_rl.server import LearnerService, RunInfo, start_server
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,9 @@ class RunState:
     last_eval: dict[str, Any] | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     topology_updates: int = 0
-    ledger: dict[str, Any] = field(default_factory=dict)
+    ledger: dict[str, Any] = field(default_factory=dict)  # (actor id, seq) ranges in replay
+    actors: dict[str, int] = field(default_factory=dict)  # actor id -> index
+    log_position: tuple[int, int] = (0, 0)  # replay log position the replay is as of
 
 
 def prepare(config: TrainConfig, resume: bool = False):
@@ -114,13 +117,19 @@ class Training:
         self.state = RunState()
         if resume:
             self._restore(latest_checkpoint(self.run_dir / "checkpoints"))
-        self.exchange = Exchange(Ledger(self.state.ledger))
+        self.ingest = Ingest(self.run_dir / "replay-log", self.replay, self.state.ledger,
+                             self.state.actors, self.state.log_position)
+        self.exchange = self.ingest.exchange
+        if resume:
+            batches, transitions = self.ingest.recover(self.observation_shape, self.action)
+            self.state.env_steps += transitions
+            log.info("replay log: %d batches (%d transitions) after the checkpoint put back",
+                     batches, transitions)
         self.writer = tf.summary.create_file_writer(str(self.run_dir / "tb"))
         self.calibration_fallback = random_observations(
             config.env, CALIBRATION_SIZE, config.seed
         )
         self.recent_returns: deque[float] = deque(maxlen=20)
-        self.held_acks: deque[PendingBatch] = deque()
         self.last_publish_update = self.learner.updates
         self.last_loss = None
         self.publish_seconds = 0.0
@@ -141,6 +150,9 @@ class Training:
 
     def publish(self) -> None:
         version = self.state.policy_version + 1
+        # Versions only grow, even over a crash that loses publishes made after the last
+        # checkpoint: actors compare versions to decide what is newer.
+        write_json(self.run_dir / "policy-version.json", {"policy_version": version})
         model, seconds = self.learner.publish(
             self.config.actor_precision, self.calibration(), version
         )
@@ -159,22 +171,14 @@ class Training:
 
     def take_batches(self, block: bool) -> int:
         """Move queued batches into replay; returns how many transitions arrived."""
-        arrived = 0
-        timeout = 0.05 if block else 0.0
-        while True:
-            try:
-                pending = self.exchange.batches.get(timeout=timeout)
-            except Exception:  # queue.Empty
-                return arrived
-            timeout = 0.0
-            self.replay.insert(pending.actor_key, pending.transitions)
-            self.exchange.inserted(pending)
-            self.state.env_steps += len(pending.transitions)
-            arrived += len(pending.transitions)
+        # lockstep: one batch at a time, so updates and acks follow it exactly
+        taken = self.ingest.take(block, one=self.config.lockstep)
+        arrived = sum(len(pending.transitions) for pending in taken)
+        for pending in taken:
             self.recent_returns.extend(pending.episode_returns)
-            self.held_acks.append(pending)
-            if self.config.lockstep:
-                return arrived  # one batch at a time: updates and acks follow it exactly
+        self.state.env_steps += arrived
+        self.exchange.progress["env_steps"] = self.state.env_steps
+        return arrived
 
     def train_chunk(self) -> int:
         """Run up to UPDATES_PER_CHUNK of the updates that are due; returns how many ran."""
@@ -202,8 +206,8 @@ class Training:
 
     def release_acks(self) -> None:
         lag = 0 if self.config.lockstep else self.config.max_update_lag
-        while self.held_acks and self.allowed_updates() - self.learner.updates <= lag:
-            self.held_acks.popleft().acked.set()
+        self.ingest.release(lambda: self.allowed_updates() - self.learner.updates <= lag)
+        self.exchange.progress["updates"] = self.learner.updates
 
     def evaluate_now(self) -> EvalResult:
         """Publish the current weights and evaluate that quantized policy greedily."""
@@ -238,6 +242,8 @@ class Training:
 
     def checkpoint(self) -> None:
         self.state.ledger = self.exchange.ledger.state()
+        self.state.actors = self.exchange.actor_index()
+        self.state.log_position = self.ingest.position
         self.state.wall_seconds = self.elapsed()
         name = f"ckpt-{self.state.env_steps:012d}"
 
@@ -246,13 +252,23 @@ class Training:
             self.replay.save(folder / "replay.npz")
             write_json(folder / "state.json", self.state.__dict__)
 
-        write_checkpoint(self.run_dir / "checkpoints", name, write)
+        root = self.run_dir / "checkpoints"
+        write_checkpoint(root, name, write)
+        # The log before the oldest kept checkpoint is in every checkpoint's replay already.
+        kept = [json.loads((folder / "state.json").read_text())["log_position"]
+                for folder in root.glob("ckpt-*") if (folder / "state.json").is_file()]
+        self.ingest.forget_log_before(tuple(min(kept)))
         log.info("checkpoint %s", name)
 
     def _restore(self, folder: Path) -> None:
         self.learner.restore(folder)
         self.replay.load(folder / "replay.npz")
         self.state = RunState(**json.loads((folder / "state.json").read_text()))
+        self.state.log_position = tuple(self.state.log_position)
+        published = self.run_dir / "policy-version.json"
+        if published.is_file():
+            last = json.loads(published.read_text())["policy_version"]
+            self.state.policy_version = max(self.state.policy_version, int(last))
         log.info("resumed from %s at %d env steps, %d updates, policy v%d",
                  folder.name, self.state.env_steps, self.learner.updates, self.state.policy_version)
 
@@ -304,12 +320,22 @@ class Training:
             seed=config.seed,
             exploration=lambda index: self.factory.exploration(config, index),
         )
+        # Inserts wait in their threads for acks: room for every in-flight batch of a fleet.
         server, port = start_server(
-            LearnerService(run, self.exchange), config.port, max_workers=4 * config.actors + 8
+            LearnerService(run, self.exchange), config.port,
+            max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
+            host=config.host, token_file=config.token_file, tls_cert=config.tls_cert,
+            tls_key=config.tls_key, insecure=config.insecure,
         )
+        if config.actors == 0:
+            log.info("learner listening on %s:%d for actors (run %s)", config.host, port,
+                     self.state.run_id)
+        if self.learner.updates == 0 and self.state.env_steps == 0:
+            self.checkpoint()  # from now on, --resume always has a checkpoint to start from
         # Actors first: their start-up (a new interpreter, imports, envs) overlaps the first
         # conversion; they wait for its policy.
-        actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs")
+        actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs",
+                             token_file=config.token_file, tls_ca=config.tls_cert)
         self.publish()
         # Ctrl-C and SIGTERM only raise a flag that the loop checks between steps: an exception
         # raised in the middle of a TensorFlow call can leave it unable to write the final
@@ -363,7 +389,8 @@ class Training:
                         ups=f"{rates['learner/updates_per_sec']:.0f}",
                     )
                     last_log, last_counts = now, (steps, updates)
-                    if not actors.alive():
+                    self.exchange.sweep(config.actor_timeout)
+                    if config.actors and not actors.alive():
                         raise UserError(
                             f"all actors exited (codes {actors.failed()}); "
                             f"see {self.run_dir / 'logs'}"
@@ -381,9 +408,12 @@ class Training:
             signal.signal(signal.SIGTERM, previous_sigterm)
             signal.signal(signal.SIGINT, previous_sigint)
             bar.close()
+            # What is in replay is in the log too, and will be in the final checkpoint: ack it
+            # all. Batches still queued are not acked: their actors keep them.
+            self.ingest.release_all()
             self.exchange.stopping.set()
             actors.stop()
-            server.stop(grace=1.0)
+            server.stop(grace=2.0)
             self.exchange.drop_pending()
         return self.finish(interrupted)
 
@@ -423,6 +453,7 @@ class Training:
         }
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()
+        self.ingest.close()
         return summary
 
 

@@ -12,8 +12,10 @@ import time
 from edge_rl.converters import attach_metadata
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.policy_file import read_policy_metadata
+from edge_rl.exchange import Exchange
 from edge_rl.local_actors import LocalActors
-from edge_rl.server import Exchange, LearnerService, RunInfo, start_server
+from edge_rl.replay_log import ReplayLog
+from edge_rl.server import LearnerService, RunInfo, start_server
 
 SLOW_DOWNLOAD_SECONDS = 2.0
 
@@ -36,7 +38,7 @@ def test_actor_keeps_stepping_while_a_new_policy_downloads(cartpole_policy, tmp_
                   action={"kind": "discrete", "n": 2}, batch_transitions=32, max_in_flight=2,
                   lockstep=False, num_envs=2, seed=0,
                   exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"))
-    exchange = Exchange()
+    exchange = Exchange(ReplayLog(tmp_path / "log"))
     exchange.put_policy(1, first)
     server, port = start_server(SlowPolicyService(run, exchange), 0, max_workers=8)
     arrivals: queue.Queue = queue.Queue()  # (time, policy version the batch was acted with)

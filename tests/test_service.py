@@ -16,18 +16,20 @@ from edge_rl.device.client import LearnerClient
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, encode_batch
-from edge_rl.server import Exchange, LearnerService, Ledger, RunInfo, start_server
+from edge_rl.exchange import Exchange, Ledger
+from edge_rl.replay_log import ReplayLog
+from edge_rl.server import LearnerService, RunInfo, start_server
 
 
 @pytest.fixture
-def service():
+def service(tmp_path):
     run = RunInfo(
         run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
         action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
         lockstep=False, num_envs=1, seed=0,
         exploration=lambda i: ExplorationSettings(kind="epsilon_greedy", epsilon_end=0.1 * i),
     )
-    exchange = Exchange()
+    exchange = Exchange(ReplayLog(tmp_path / "log"))
     server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
     client = LearnerClient(f"127.0.0.1:{port}", "actor-a", incarnation=11)
     stop = threading.Event()
@@ -57,8 +59,8 @@ def insert_raw(port, data):
         )
 
 
-def batch_bytes(seq, run_id="run-1", incarnation=11, **kw):
-    return encode_batch(transitions(**kw), run_id=run_id, actor_id="actor-a",
+def batch_bytes(seq, run_id="run-1", incarnation=11, actor_id="actor-a", **kw):
+    return encode_batch(transitions(**kw), run_id=run_id, actor_id=actor_id,
                         incarnation=incarnation, seq=seq, policy_version=1)
 
 
@@ -83,7 +85,7 @@ def test_bad_batches_get_status_codes_and_the_service_stays_up(service):
         (b"\x08\xff\xff garbage", grpc.StatusCode.INVALID_ARGUMENT),
         (batch_bytes(0, obs_dim=3), grpc.StatusCode.INVALID_ARGUMENT),
         (batch_bytes(0, run_id="other-run"), grpc.StatusCode.FAILED_PRECONDITION),
-        (batch_bytes(0, incarnation=12), grpc.StatusCode.FAILED_PRECONDITION),  # no Hello
+        (batch_bytes(0, actor_id="stranger"), grpc.StatusCode.FAILED_PRECONDITION),  # no Hello
     ]
     for data, code in cases:
         with pytest.raises(grpc.RpcError) as info:
