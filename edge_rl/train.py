@@ -12,14 +12,11 @@ The loop, top to bottom:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import signal
 import time
-import uuid
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +31,7 @@ from edge_rl.best_policy import (
     random_observations,
     save_best_policy,
 )
-from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_checkpoint, write_json
+from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_json
 from edge_rl.config import TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
@@ -45,30 +42,13 @@ from edge_rl.evolution import Evolution, next_multiple
 from edge_rl.ingest import Ingest
 from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
+from edge_rl.run_state import RunState, load_checkpoint, record_policy_version, save_checkpoint
 from edge_rl.server import LearnerService, RunInfo, start_server
 
 log = logging.getLogger(__name__)
 
 UPDATES_PER_CHUNK = 50  # updates between looks at the actors' queue
 PUBLISH_XZ_PRESET = 1  # broadcasts: fast; `edge-rl export` packs with the strongest preset
-
-
-@dataclass
-class RunState:
-    """Counters that survive a resume (saved as state.json in each checkpoint)."""
-
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    env_steps: int = 0
-    policy_version: int = 0
-    policies_published: int = 0
-    wall_seconds: float = 0.0
-    best: dict[str, Any] | None = None  # best greedy evaluation so far
-    last_eval: dict[str, Any] | None = None
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
-    topology_updates: int = 0
-    ledger: dict[str, Any] = field(default_factory=dict)  # (actor id, seq) ranges in replay
-    actors: dict[str, int] = field(default_factory=dict)  # actor id -> index
-    log_position: tuple[int, int] = (0, 0)  # replay log position the replay is as of
 
 
 def prepare(config: TrainConfig, resume: bool = False):
@@ -150,9 +130,7 @@ class Training:
 
     def publish(self) -> None:
         version = self.state.policy_version + 1
-        # Versions only grow, even over a crash that loses publishes made after the last
-        # checkpoint: actors compare versions to decide what is newer.
-        write_json(self.run_dir / "policy-version.json", {"policy_version": version})
+        record_policy_version(self.run_dir, version)
         model, seconds = self.learner.publish(
             self.config.actor_precision, self.calibration(), version
         )
@@ -245,30 +223,12 @@ class Training:
         self.state.actors = self.exchange.actor_index()
         self.state.log_position = self.ingest.position
         self.state.wall_seconds = self.elapsed()
-        name = f"ckpt-{self.state.env_steps:012d}"
-
-        def write(folder: Path) -> None:
-            self.learner.save(folder)
-            self.replay.save(folder / "replay.npz")
-            write_json(folder / "state.json", self.state.__dict__)
-
-        root = self.run_dir / "checkpoints"
-        write_checkpoint(root, name, write)
-        # The log before the oldest kept checkpoint is in every checkpoint's replay already.
-        kept = [json.loads((folder / "state.json").read_text())["log_position"]
-                for folder in root.glob("ckpt-*") if (folder / "state.json").is_file()]
-        self.ingest.forget_log_before(tuple(min(kept)))
-        log.info("checkpoint %s", name)
+        oldest_needed = save_checkpoint(self.run_dir, self.state, self.learner, self.replay)
+        self.ingest.forget_log_before(oldest_needed)
+        log.info("checkpoint at %d env steps", self.state.env_steps)
 
     def _restore(self, folder: Path) -> None:
-        self.learner.restore(folder)
-        self.replay.load(folder / "replay.npz")
-        self.state = RunState(**json.loads((folder / "state.json").read_text()))
-        self.state.log_position = tuple(self.state.log_position)
-        published = self.run_dir / "policy-version.json"
-        if published.is_file():
-            last = json.loads(published.read_text())["policy_version"]
-            self.state.policy_version = max(self.state.policy_version, int(last))
+        self.state = load_checkpoint(self.run_dir, folder, self.learner, self.replay)
         log.info("resumed from %s at %d env steps, %d updates, policy v%d",
                  folder.name, self.state.env_steps, self.learner.updates, self.state.policy_version)
 
@@ -450,6 +410,13 @@ class Training:
             "policy_bytes": len(self.exchange.policy[1]) if self.exchange.policy else None,
             "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}
                             for e in self.state.evaluations],
+            "ingest": {
+                "batches_per_actor": {a: self.exchange.ledger.count(a)
+                                      for a in self.exchange.actors},
+                "inserts_refused": self.exchange.refused,
+                "replay_log_bytes": self.ingest.log.bytes_written,
+                "replay_log_fsyncs": self.ingest.log.syncs,
+            },
         }
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()

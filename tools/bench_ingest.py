@@ -1,0 +1,608 @@
+"""Benchmark of the learner's ingest: actors streaming HalfCheetah-sized batches on loopback.
+
+    python tools/bench_ingest.py [--seconds 15] [--actors 4] [--window 8]
+                                 [--batch-transitions 1000 64] [--paced 10000 30000]
+
+The learner side is built in this process the way edge_rl.train.Training builds it: a TD3
+Learner for HalfCheetah-v5 with its default config, a Replay, an Ingest whose ReplayLog lives
+in a temp dir, and a LearnerService served by start_server on 127.0.0.1. --actors streamer
+processes (fresh interpreters that import only edge_rl.device) say Hello and then insert valid
+HalfCheetah-sized batches (obs 17 floats, action 6 floats; random finite data, increasing
+seq, 1000-step episodes) as fast as acks come back, with --window inserts in flight each.
+
+Measured side by side in one run, each over --seconds:
+  1. ingest alone, per batch size: the learner loop only takes batches into replay and lets
+     their acks go at once. An Insert is answered only once its record is fsync'd, so acked
+     transitions/s is durable transitions/s; with fsyncs and MB/s written to the log;
+  2. learner alone: TD3 updates/s on a pre-filled replay (50k transitions), no streamers
+     (measured first and last; the mean is the reference);
+  3. both, per batch size: the loop of edge_rl.train (take batches, run a chunk of 50
+     updates, let acks go) while the streamers stream: updates/s, transitions/s and the
+     learner's loss against 2;
+  4. both, with the streamers paced to --paced total transitions/s (a fleet slower than
+     the link), at the first batch size.
+Every phase also reports where the CPU went (learner loop, Insert handlers, fsync thread,
+other threads of this process, the streamer processes) and the machine's busy share; a last
+table times the Insert handler's stages on one batch in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Only edge_rl.device at module level: the streamers run this file too and must not pay for
+# (or compete with) TensorFlow. The learner side imports its pieces in build_learner_side.
+from edge_rl.device import wire_pb2
+from edge_rl.device.client import LearnerClient
+from edge_rl.device.wire import PROTOCOL_VERSION, Transitions, to_tensor
+
+log = logging.getLogger("bench_ingest")
+
+ENV_ID = "HalfCheetah-v5"
+OBS_DIM, ACTION_DIM = 17, 6  # HalfCheetah-v5's observation and action sizes
+EPISODE_STEPS = 1000  # HalfCheetah's time limit: every episode is truncated at step 999
+PREFILL = 50_000  # transitions in replay before the learner is timed
+UPDATES_PER_CHUNK = 50  # edge_rl.train.UPDATES_PER_CHUNK: updates between looks at the queue
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
+    parser.add_argument("--actors", type=int, default=4, help="streamer processes")
+    parser.add_argument("--window", type=int, default=8, help="inserts in flight per streamer")
+    parser.add_argument("--batch-transitions", type=int, nargs="+", default=[1000],
+                        help="transitions per batch; each value gets phases 1 and 3")
+    parser.add_argument("--paced", type=float, nargs="*", default=[],
+                        help="total transitions/s of the paced phases (4)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    # The streamers' side: this file, started again by the benchmark with these.
+    parser.add_argument("--stream", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--actor-id", help=argparse.SUPPRESS)
+    parser.add_argument("--incarnation", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, default=0.0, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+# -- synthetic HalfCheetah batches -----------------------------------------------------------------
+
+
+def synthetic_transitions(n: int, first: int, rng: np.random.Generator) -> Transitions:
+    """n random HalfCheetah transitions from global step `first` on (1000-step episodes)."""
+    index = first + np.arange(n)
+    action = rng.uniform(-1, 1, (n, ACTION_DIM)).astype(np.float32)
+    return Transitions(
+        observation=rng.standard_normal((n, OBS_DIM), np.float32),
+        action=action,
+        deterministic_action=np.clip(action * 0.9, -1, 1),
+        reward=rng.standard_normal(n, np.float32),
+        next_observation=rng.standard_normal((n, OBS_DIM), np.float32),
+        terminated=np.zeros(n, bool),
+        truncated=index % EPISODE_STEPS == EPISODE_STEPS - 1,
+        episode_id=index // EPISODE_STEPS,
+        episode_step=index % EPISODE_STEPS,
+    )
+
+
+class BatchMaker:
+    """Serialized TrajectoryBatches that differ only where a real actor's would.
+
+    Protobuf parses concatenated messages as one merged message, so the bulky fields (the
+    observations, actions, rewards) are serialized once and each batch only serializes its
+    header and its episode bookkeeping (a few hundred bytes) in front of them: a streamer's
+    CPU goes to gRPC, as a real actor's would, not to re-encoding the same random numbers."""
+
+    def __init__(self, n: int, run_id: str, actor_id: str, incarnation: int, seed: int):
+        self.n, self.run_id, self.actor_id, self.incarnation = n, run_id, actor_id, incarnation
+        t = synthetic_transitions(n, 0, np.random.default_rng(seed))
+        self.body = wire_pb2.TrajectoryBatch(
+            observation=to_tensor(t.observation),
+            next_observation=to_tensor(t.next_observation),
+            action=to_tensor(t.action),
+            deterministic_action=to_tensor(t.deterministic_action),
+            reward=to_tensor(t.reward),
+            terminated=to_tensor(t.terminated.astype(np.uint8)),
+        ).SerializeToString()
+
+    def batch(self, seq: int) -> bytes:
+        index = seq * self.n + np.arange(self.n)  # seq-th batch of this incarnation
+        step = index % EPISODE_STEPS
+        head = wire_pb2.TrajectoryBatch(
+            protocol_version=PROTOCOL_VERSION,
+            run_id=self.run_id,
+            actor_id=self.actor_id,
+            incarnation=self.incarnation,
+            seq=seq,
+            policy_version=0,
+            truncated=to_tensor((step == EPISODE_STEPS - 1).astype(np.uint8)),
+            episode_id=to_tensor(index // EPISODE_STEPS),
+            episode_step=to_tensor(step),
+            env_steps=int(index[-1]) + 1,
+        )
+        return head.SerializeToString() + self.body
+
+
+# -- a streamer process --------------------------------------------------------------------------
+
+
+def stream(args: argparse.Namespace) -> None:
+    """One streamer: Hello, wait for the start time on stdin, insert with --window in flight
+    until the end time, report on stdout as one JSON line."""
+    client = LearnerClient(args.stream, actor_id=args.actor_id, incarnation=args.incarnation,
+                           runtime="bench_ingest streamer")
+    hello = client.hello_once(timeout=30.0)
+    (n,) = args.batch_transitions
+    maker = BatchMaker(n, hello.run_id, args.actor_id, args.incarnation,
+                       args.seed + args.incarnation)
+    print(json.dumps({"ready": True}), flush=True)
+    times = json.loads(sys.stdin.readline())
+    start, end = times["start"], times["end"]
+
+    # Acks arrive on gRPC's threads; they hand each finished future to this loop, which keeps
+    # the window full (or paced) and counts only acks that came back inside [start, end].
+    done: queue.SimpleQueue = queue.SimpleQueue()
+    sent_at: dict[int, float] = {}
+    seq = hello.next_seq
+
+    def send() -> None:
+        nonlocal seq
+        current = seq
+        future = client.insert(maker.batch(current))
+        sent_at[current] = time.time()
+        future.add_done_callback(lambda f, s=current: done.put((s, f, time.time())))
+        seq += 1
+
+    time.sleep(max(0.0, start - time.time()))
+    cpu_start = time.process_time()
+    cpu_end = None
+    sent = acked = 0
+    latencies: list[float] = []
+    error = ""
+    in_flight = 0
+    while True:
+        now = time.time()
+        if not error and now < end and in_flight < args.window:
+            if args.rate > 0:  # paced: batch k leaves no earlier than start + k * n / rate
+                due = start + sent * n / args.rate
+                if due > now:
+                    try:
+                        item = done.get(timeout=min(due, end) - now)
+                    except queue.Empty:
+                        continue
+                    in_flight -= 1
+                    acked, error = account(item, end, n, acked, sent_at, latencies, error)
+                    continue
+            send()
+            sent += 1
+            in_flight += 1
+            continue
+        if cpu_end is None and now >= end:
+            cpu_end = time.process_time()
+        if in_flight == 0:
+            break
+        item = done.get()
+        in_flight -= 1
+        acked, error = account(item, end, n, acked, sent_at, latencies, error)
+    client.close()
+    print(json.dumps({
+        "acked_transitions": acked,
+        "sent_batches": sent,
+        "cpu_seconds": (cpu_end or time.process_time()) - cpu_start,
+        "ack_latency_ms_p50": 1000 * float(np.median(latencies)) if latencies else math.nan,
+        "ack_latency_ms_p99": 1000 * float(np.percentile(latencies, 99)) if latencies else math.nan,
+        "error": error,
+        "tensorflow_imported": "tensorflow" in sys.modules,
+    }), flush=True)
+
+
+def account(item: tuple, end: float, n: int, acked: int, sent_at: dict[int, float],
+            latencies: list[float], error: str) -> tuple[int, str]:
+    """Count one finished insert: acked inside the window, or the first error seen."""
+    seq, future, finished = item
+    started = sent_at.pop(seq)
+    if future.exception() is not None:
+        return acked, error or f"{future.code().name}: {future.details()}"
+    if finished <= end:
+        latencies.append(finished - started)
+        return acked + n, error
+    return acked, error
+
+
+# -- the learner side ----------------------------------------------------------------------------
+
+
+@dataclass
+class LearnerSide:
+    """What edge_rl.train.Training builds, without its actors, evaluations or checkpoints."""
+
+    config: Any
+    learner: Any
+    replay: Any
+    ingest: Any
+    server: Any
+    port: int
+    tmp: tempfile.TemporaryDirectory
+
+
+def build_learner_side(args: argparse.Namespace) -> LearnerSide:
+    import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow's import)
+    from edge_rl.config import TrainConfig
+    from edge_rl.ingest import Ingest
+    from edge_rl.learner import Learner
+    from edge_rl.replay import Replay
+    from edge_rl.server import LearnerService, RunInfo, start_server
+    from edge_rl.tf_setup import tf
+    from edge_rl.train import prepare
+
+    tmp = tempfile.TemporaryDirectory(prefix="edge-rl-bench-ingest-")
+    config, factory, observation_shape, action = prepare(TrainConfig(
+        env=ENV_ID, algo="td3", seed=args.seed, out=str(Path(tmp.name) / "run"),
+        actors=args.actors, max_in_flight=args.window,
+        batch_transitions=args.batch_transitions[0]))
+    tf.keras.utils.set_random_seed(config.seed)
+    learner = Learner(factory, config, observation_shape, action)
+    replay = Replay(config.replay_capacity, observation_shape, tuple(action["shape"]), "float32",
+                    gamma=config.gamma, nstep=config.nstep, seed=config.seed)
+    rng = np.random.default_rng(args.seed)
+    for first in range(0, PREFILL, 1000):
+        replay.insert(0, synthetic_transitions(1000, first, rng))
+    ingest = Ingest(config.run_dir / "replay-log", replay, {}, {}, (0, 0))
+    run = RunInfo(
+        run_id="bench-ingest", env_id=ENV_ID, algo="td3", observation_shape=observation_shape,
+        action=action, batch_transitions=config.batch_transitions,
+        max_in_flight=config.max_in_flight, lockstep=False, num_envs=1, seed=config.seed,
+        exploration=lambda index: factory.exploration(config, index),
+    )
+    # As Training sizes it: Inserts wait in their threads for acks, so every in-flight batch
+    # of the fleet needs a thread.
+    server, port = start_server(
+        LearnerService(run, ingest.exchange), 0,
+        max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
+    )
+    return LearnerSide(config, learner, replay, ingest, server, port, tmp)
+
+
+# -- CPU accounting ------------------------------------------------------------------------------
+
+
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of this process, by native thread id."""
+    seconds = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        seconds[int(task)] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    return seconds
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values) - idle) / TICK, sum(values) / TICK
+
+
+def thread_groups() -> dict[int, str]:
+    """Which part of the learner process each Python thread is; the rest are gRPC's and
+    TensorFlow's own C++ threads."""
+    groups = {threading.main_thread().native_id: "learner loop"}
+    for thread in threading.enumerate():
+        if thread.name.startswith("grpc"):  # start_server's ThreadPoolExecutor
+            groups[thread.native_id] = "Insert handlers"
+        elif thread.name == "replay-log-sync":
+            groups[thread.native_id] = "fsync thread"
+    return groups
+
+
+@dataclass
+class Snapshot:
+    """Counters read at one instant."""
+
+    at: float
+    threads: dict[int, float]
+    machine: tuple[float, float]
+    syncs: int
+    bytes_written: int
+    taken: int
+
+
+# -- the learner loop ----------------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    name: str
+    batch: int = 0  # transitions per batch (0: no streamers)
+    train: bool = False
+    rate: float = 0.0  # total transitions/s the streamers are paced to (0: as fast as acked)
+    results: dict = field(default_factory=dict)
+
+
+class Loop:
+    """The learner's loop of edge_rl.train, reduced to what ingest touches."""
+
+    def __init__(self, side: LearnerSide):
+        self.side = side
+        self.taken = 0  # transitions moved into replay
+        self.updates = 0
+        self.marks: list[tuple[float, int]] = []  # (time, updates) after every chunk
+        batch_size = side.config.batch_size
+        self.sample_size = UPDATES_PER_CHUNK * batch_size
+
+    def chunk(self) -> None:
+        self.side.learner.train(self.side.replay.sample(self.sample_size), UPDATES_PER_CHUNK)
+        self.updates += UPDATES_PER_CHUNK
+        self.marks.append((time.time(), self.updates))
+
+    def step(self, train: bool) -> None:
+        """One pass: take what has arrived; acks go at once (this measures throughput, not
+        edge_rl.train's flow control, which holds them while the learner trails); then a
+        chunk of updates if training. Batches arriving during a chunk wait for its end."""
+        ingest = self.side.ingest
+        for pending in ingest.take(block=not train):
+            self.taken += len(pending.transitions)
+        ingest.release_all()
+        if train:
+            self.chunk()
+
+    def run(self, train: bool, until: float) -> None:
+        next_forget = time.time() + 2.0
+        while time.time() < until:
+            self.step(train)
+            if time.time() > next_forget:
+                # Training frees log segments at checkpoints; here nothing needs them, and a
+                # fast run would otherwise write gigabytes into the temp dir.
+                self.side.ingest.forget_log_before(self.side.ingest.position)
+                next_forget = time.time() + 2.0
+
+    def snapshot(self) -> Snapshot:
+        log_ = self.side.ingest.log
+        return Snapshot(time.time(), thread_cpu(), machine_busy(), log_.syncs,
+                        log_.bytes_written, self.taken)
+
+    def update_rate(self, start: float, end: float) -> float:
+        """Updates/s between the first and the last chunk that ended inside [start, end]."""
+        inside = [(t, u) for t, u in self.marks if start <= t <= end]
+        if len(inside) < 2:
+            return math.nan
+        (t0, u0), (t1, u1) = inside[0], inside[-1]
+        return (u1 - u0) / (t1 - t0)
+
+
+def start_streamers(args: argparse.Namespace, port: int, phase: Phase,
+                    incarnation: int) -> list[subprocess.Popen]:
+    """Spawn --actors streamers (fresh interpreters, never fork: this process holds TF and
+    gRPC threads) and wait until each has said Hello."""
+    per_actor_rate = phase.rate / args.actors if phase.rate else 0.0
+    procs = []
+    for i in range(args.actors):
+        command = [sys.executable, __file__, "--stream", f"127.0.0.1:{port}",
+                   "--actor-id", f"streamer-{i}", "--incarnation", str(incarnation),
+                   "--batch-transitions", str(phase.batch), "--window", str(args.window),
+                   "--rate", str(per_actor_rate), "--seed", str(args.seed + i)]
+        procs.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True))
+    for proc in procs:
+        line = proc.stdout.readline()
+        if not line or not json.loads(line).get("ready"):
+            raise RuntimeError(f"a streamer failed to start (exit code {proc.poll()})")
+    return procs
+
+
+def run_phase(args: argparse.Namespace, loop: Loop, phase: Phase, incarnation: int) -> None:
+    """Run one phase for --seconds and fill phase.results."""
+    log.info("phase: %s", phase.name)
+    procs = start_streamers(args, loop.side.port, phase, incarnation) if phase.batch else []
+    start = time.time() + 0.5
+    end = start + args.seconds
+    for proc in procs:
+        proc.stdin.write(json.dumps({"start": start, "end": end}) + "\n")
+        proc.stdin.flush()
+    # Counters are read at the window's edges by a thread that only sleeps, so the loop
+    # itself runs exactly as it would without the benchmark around it.
+    snapshots: list[Snapshot] = []
+
+    def watch() -> None:
+        for edge in (start, end):
+            time.sleep(max(0.0, edge - time.time()))
+            snapshots.append(loop.snapshot())
+
+    watcher = threading.Thread(target=watch, name="bench-watch")
+    watcher.start()
+    loop.run(phase.train, until=end)
+    # The streamers wait out their in-flight inserts after the end: keep acking until they go.
+    while any(proc.poll() is None for proc in procs):
+        loop.step(train=False)
+    watcher.join()
+    reports = [json.loads(proc.stdout.read().strip().splitlines()[-1]) for proc in procs]
+    for report in reports:
+        if report["error"]:
+            raise RuntimeError(f"a streamer's insert failed: {report['error']}")
+        if report["tensorflow_imported"]:
+            raise RuntimeError("a streamer imported TensorFlow")
+    phase.results = summarize(loop, phase, snapshots, reports)
+
+
+def summarize(loop: Loop, phase: Phase, snapshots: list[Snapshot],
+              reports: list[dict]) -> dict:
+    first, last = snapshots
+    seconds = last.at - first.at
+    groups = thread_groups()
+    cpu: dict[str, float] = {"learner loop": 0.0, "Insert handlers": 0.0, "fsync thread": 0.0,
+                             "other threads (gRPC core, TF)": 0.0}
+    for tid, used in last.threads.items():
+        group = groups.get(tid, "other threads (gRPC core, TF)")
+        cpu[group] += used - first.threads.get(tid, 0.0)
+    cpu["streamers"] = sum(r["cpu_seconds"] for r in reports)
+    busy = (last.machine[0] - first.machine[0]) / (last.machine[1] - first.machine[1])
+    acked = sum(r["acked_transitions"] for r in reports)
+    return {
+        "seconds": seconds,
+        "transitions_per_s": acked / seconds if reports else 0.0,
+        "taken_per_s": (last.taken - first.taken) / seconds,
+        "updates_per_s": loop.update_rate(first.at, last.at) if phase.train else math.nan,
+        "fsyncs_per_s": (last.syncs - first.syncs) / seconds,
+        "log_mb_per_s": (last.bytes_written - first.bytes_written) / seconds / 1e6,
+        "ack_ms_p50": float(np.median([r["ack_latency_ms_p50"] for r in reports]))
+        if reports else math.nan,
+        "ack_ms_p99": max(r["ack_latency_ms_p99"] for r in reports) if reports else math.nan,
+        "cpu_cores": {name: used / seconds for name, used in cpu.items()},
+        "machine_busy": busy,
+    }
+
+
+# -- the Insert handler's stages, one batch at a time ----------------------------------------------
+
+
+def time_stages(side: LearnerSide, n: int, repeats: int) -> dict[str, float]:
+    """Median µs per batch of each step an Insert's batch goes through, in this process
+    with nothing else running (the learner thread's replay insert included)."""
+    from edge_rl.device.wire import decode_batch, validate_batch
+    from edge_rl.replay import Replay
+
+    action = {"kind": "continuous", "shape": [ACTION_DIM]}
+    maker = BatchMaker(n, "bench-ingest", "stages", 0, 0)
+    payloads = [maker.batch(seq) for seq in range(repeats)]
+    requests = [wire_pb2.InsertRequest(batch=p).SerializeToString() for p in payloads]
+    replay = Replay(max(PREFILL, n * repeats), (OBS_DIM,), (ACTION_DIM,), "float32", gamma=0.99)
+    log_ = side.ingest.log
+
+    def median_us(work) -> float:
+        times = []
+        for i in range(repeats):
+            begin = time.perf_counter()
+            work(i)
+            times.append(time.perf_counter() - begin)
+        return 1e6 * float(np.median(times))
+
+    def parse(i: int) -> bytes:
+        request = wire_pb2.InsertRequest()
+        request.ParseFromString(requests[i])
+        return request.batch
+
+    batches = [decode_batch(p) for p in payloads]
+    transitions = [validate_batch(b, (OBS_DIM,), action) for b in batches]
+    return {
+        "parse InsertRequest": median_us(parse),
+        "decode_batch": median_us(lambda i: decode_batch(payloads[i])),
+        "validate_batch": median_us(
+            lambda i: validate_batch(batches[i], (OBS_DIM,), action)),
+        "replay log append (crc32 + write)": median_us(lambda i: log_.append(payloads[i])),
+        "Replay.insert (learner loop)": median_us(lambda i: replay.insert(1, transitions[i])),
+    }
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def report(args: argparse.Namespace, phases: list[Phase], stages: dict[int, dict],
+           machine: dict) -> None:
+    alone = [p.results["updates_per_s"] for p in phases if p.train and not p.batch]
+    reference = float(np.mean(alone))
+    print(f"{machine['cpu']}, {machine['cores']} cores; {args.actors} streamers x "
+          f"{args.window} in flight; {args.seconds:.0f} s per phase; TD3 HalfCheetah-v5 "
+          f"(batch 256, chunks of {UPDATES_PER_CHUNK}); {machine['wall_s']:.0f} s in all\n")
+    print(f"### Ingest and learner, side by side (learner alone: "
+          f"{' / '.join(f'{a:.0f}' for a in alone)} updates/s, first / last run)\n")
+    rows = []
+    for p in phases:
+        r = p.results
+        loss = (f"{100 * (1 - r['updates_per_s'] / reference):.0f}%"
+                if p.train and p.batch else "-")
+        rows.append([
+            p.name,
+            f"{r['transitions_per_s']:,.0f}" if p.batch else "-",
+            f"{r['updates_per_s']:.0f}" if p.train else "-",
+            loss,
+            f"{r['fsyncs_per_s']:.0f}" if p.batch else "-",
+            f"{r['log_mb_per_s']:.1f}" if p.batch else "-",
+            f"{r['ack_ms_p50']:.1f} / {r['ack_ms_p99']:.0f}" if p.batch else "-",
+        ])
+    print(table(["phase", "transitions/s durable (acked)", "updates/s", "learner loss",
+                 "fsyncs/s", "log MB/s", "ack ms p50 / p99"], rows))
+    print("\n### Where the CPU went (cores busy during the phase; the machine has "
+          f"{machine['cores']})\n")
+    names = list(phases[0].results["cpu_cores"])
+    rows = [[p.name] + [f"{p.results['cpu_cores'][n]:.2f}" for n in names]
+            + [f"{p.results['machine_busy']:.0%}"] for p in phases]
+    print(table(["phase"] + names + ["machine busy"], rows))
+    print("\n### Insert handler stages (median µs per batch, one thread, nothing else running)\n")
+    sizes = list(stages)
+    rows = [[stage] + [f"{stages[n][stage]:.0f} ({stages[n][stage] / n:.2f}/transition)"
+                       for n in sizes] for stage in stages[sizes[0]]]
+    print(table(["stage"] + [f"batch of {n}" for n in sizes], rows))
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main() -> None:
+    args = parse_args()
+    if args.stream:
+        stream(args)
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    began = time.perf_counter()
+    log.info("building the learner (TensorFlow import, TD3, %d-transition replay)", PREFILL)
+    side = build_learner_side(args)
+    loop = Loop(side)
+    for _ in range(3):  # traces the chunk's graph: the first call takes seconds
+        loop.chunk()
+    phases = [Phase("learner alone", train=True)]
+    for n in args.batch_transitions:
+        phases += [Phase(f"ingest alone, batches of {n}", batch=n),
+                   Phase(f"both, batches of {n}", batch=n, train=True)]
+    for rate in args.paced:
+        n = args.batch_transitions[0]
+        phases.append(Phase(f"both, paced to {rate:,.0f}/s, batches of {n}", batch=n,
+                            train=True, rate=rate))
+    phases.append(Phase("learner alone", train=True))
+    for incarnation, phase in enumerate(phases, start=1):
+        run_phase(args, loop, phase, incarnation)
+    stages = {n: time_stages(side, n, repeats=max(50, 20_000 // n))
+              for n in args.batch_transitions}
+    side.ingest.exchange.stopping.set()
+    side.server.stop(grace=1.0)
+    side.ingest.close()
+    side.tmp.cleanup()
+    machine = {"cpu": cpu_model(), "cores": os.cpu_count(),
+               "wall_s": time.perf_counter() - began}
+    report(args, phases, stages, machine)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"phases": [{"name": p.name, **p.results} for p in phases], "stages": stages,
+             "machine": machine}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
