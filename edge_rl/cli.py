@@ -190,6 +190,10 @@ def learner(resume: bool, config_file: str | None, **flags) -> None:
     config = run_config(resume, config_file, flags)
     if config.port == 0:
         raise UserError("a learner needs a fixed --port for its actors to find it")
+    if config.token_file:
+        from edge_rl.server import read_tokens
+
+        read_tokens(config.token_file)  # a bad token file fails now, not after TF loads
     report_summary(run_training(config, resume=resume))
 
 

@@ -19,6 +19,20 @@ from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 PRECISIONS = ("int8", "fp16", "fp32")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine's loopback."""
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+        except (OSError, ValueError):
+            return False
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     # what to train
@@ -110,6 +124,11 @@ class TrainConfig:
                 f"--actor-precision must be one of {', '.join(PRECISIONS)}, "
                 f"not {self.actor_precision!r}"
             )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise UserError("TLS needs both --tls-cert and --tls-key")
+        if self.token_file is None and not self.insecure and not is_loopback(self.host):
+            raise UserError(f"refusing to listen on {self.host} without --token-file: anyone who "
+                            "can reach it could feed this learner (add --insecure if intended)")
         if self.actors < 0:
             raise UserError("--actors must not be negative")
         if self.actor_timeout <= 0:

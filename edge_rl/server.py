@@ -15,9 +15,7 @@ reaches the learner:
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
-import socket
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from edge_rl.config import is_loopback
 from edge_rl.device import wire_pb2
 from edge_rl.device.client import CHANNEL_OPTIONS
 from edge_rl.device.errors import UserError
@@ -266,18 +265,6 @@ def read_tokens(path: str | Path) -> list[str]:
     return tokens
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
-        except (OSError, ValueError):
-            return False
-
-
 def start_server(
     service: LearnerService,
     port: int,
@@ -292,8 +279,7 @@ def start_server(
     if (tls_cert is None) != (tls_key is None):
         raise UserError("TLS needs both --tls-cert and --tls-key")
     if token_file is None and not insecure and not is_loopback(host):
-        raise UserError(f"refusing to listen on {host} without --token-file: anyone who can "
-                        "reach it could feed this learner (add --insecure if that is intended)")
+        raise UserError(f"refusing to listen on {host} without --token-file")
     interceptors = [TokenCheck(read_tokens(token_file))] if token_file else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),

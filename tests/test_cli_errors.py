@@ -34,6 +34,15 @@ def check_one_line_error(result, fragment):
         (["train", "--sparsity", "0.9", "--drop-fraction", "2"], "--drop-fraction must be"),
         (["export", "/nonexistent/run", "--int8"], "no run directory"),
         (["eval", "/nonexistent/policy.tflite"], "no policy file"),
+        (["learner"], "needs a fixed --port"),
+        (["learner", "--port", "50999", "--host", "0.0.0.0"], "without --token-file"),
+        (["learner", "--port", "50999", "--token-file", "/nonexistent/token"],
+         "cannot read token file"),
+        (["learner", "--port", "50999", "--tls-cert", "c.pem"], "needs both --tls-cert"),
+        (["actor", "--learner", "127.0.0.1:1", "--token-file", "/nonexistent/t"],
+         "cannot read token file"),
+        (["actor", "--learner", "127.0.0.1:1", "--spool-max-mb", "0"], "must be positive"),
+        (["status", "127.0.0.1:1"], "UNAVAILABLE"),
     ],
 )
 def test_bad_requests(args, fragment, tmp_path):

@@ -130,3 +130,56 @@ def test_ledger_state_round_trip():
     assert [("a", s) in restored for s in range(9)] == [
         True, True, True, False, False, True, False, True, False]
     assert restored.next_seq("a") == 8
+
+
+def self_signed(folder):
+    """A certificate for 127.0.0.1 and its key, made with the openssl command."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a test certificate")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", key, "-out", cert, "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls_with_tokens(tmp_path):
+    run = RunInfo(
+        run_id="run-tls", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
+        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
+        lockstep=False, num_envs=1, seed=0,
+        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"),
+    )
+    cert, key = self_signed(tmp_path)
+    token = "t" * 32
+    (tmp_path / "tokens").write_text(f"# one per board\n{'u' * 32}\n{token}\n")
+    server, port = start_server(LearnerService(run, Exchange(ReplayLog(tmp_path / "log"))), 0,
+                                max_workers=4, token_file=str(tmp_path / "tokens"),
+                                tls_cert=str(cert), tls_key=str(key))
+    try:
+        address = f"127.0.0.1:{port}"
+        good = LearnerClient(address, "a", 1, token=token, tls_ca=cert)
+        assert good.hello_once().run_id == "run-tls"
+        for client in (LearnerClient(address, "a", 1, token="w" * 32, tls_ca=cert),
+                       LearnerClient(address, "a", 1, tls_ca=cert)):
+            with pytest.raises(grpc.RpcError) as info:
+                client.hello_once()
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            client.close()
+        plain = LearnerClient(address, "a", 1, token=token)  # no TLS: no connection
+        with pytest.raises(grpc.RpcError) as info:
+            plain.hello_once(timeout=2)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        plain.close()
+        good.close()
+    finally:
+        server.stop(grace=0)
+
+
+def test_a_non_loopback_address_needs_a_token(tmp_path):
+    with pytest.raises(UserError, match="without --token-file"):
+        start_server(None, 0, max_workers=1, host="0.0.0.0")
