@@ -52,9 +52,15 @@ class Ledger:
     that never closes, which costs one range, not one entry per later seq."""
 
     def __init__(self, state: dict | None = None):
-        self.ranges: dict[str, list[list[int]]] = {
-            actor: [[int(a), int(b)] for a, b in ranges] for actor, ranges in (state or {}).items()
-        }
+        self.ranges: dict[str, list[list[int]]] = {}
+        for actor, ranges in (state or {}).items():
+            if len(ranges) == 2 and isinstance(ranges[0], int):  # older: [prefix, extra]
+                prefix, extra = ranges
+                self.ranges[actor] = [[0, prefix]] if prefix else []
+                for seq in extra:
+                    self.add(actor, int(seq))
+            else:
+                self.ranges[actor] = [[int(a), int(b)] for a, b in ranges]
 
     def _find(self, ranges: list[list[int]], seq: int) -> int:
         """Index of the last range starting at or before seq (-1 if none)."""

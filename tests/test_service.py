@@ -183,3 +183,15 @@ def test_tls_with_tokens(tmp_path):
 def test_a_non_loopback_address_needs_a_token(tmp_path):
     with pytest.raises(UserError, match="without --token-file"):
         start_server(None, 0, max_workers=1, host="0.0.0.0")
+
+
+def test_ledger_reads_the_old_prefix_format_and_keeps_ranges_few():
+    old = Ledger({"a": [3, [5, 7]]})
+    assert [("a", s) in old for s in range(9)] == [
+        True, True, True, False, False, True, False, True, False]
+    ledger = Ledger()
+    for seq in [*range(0, 100), *range(101, 200)]:  # seq 100 was refused: one gap, two ranges
+        ledger.add("a", seq)
+    assert ledger.state() == {"a": [[0, 100], [101, 200]]}
+    ledger.add("a", 100)
+    assert ledger.state() == {"a": [[0, 200]]} and ledger.count("a") == 200
