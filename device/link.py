@@ -144,10 +144,15 @@ class Link:
             future.add_done_callback(lambda f, s=seq: self._results.put((s, f)))
 
     def _settle(self, seq: int, future: grpc.Future) -> None:
-        if self._in_flight.get(seq) is not future:
-            return  # an answer to a send abandoned when the link went down
-        del self._in_flight[seq]
         error = future.exception()
+        if self._in_flight.get(seq) is not future:
+            # A send given up on when the link went down. Its OK still counts: the learner
+            # may have answered just before it stopped (settling twice is harmless).
+            if error is None:
+                self.spool.settle(seq, acked=True)
+                self._notify()
+            return
+        del self._in_flight[seq]
         if error is None:
             self.spool.settle(seq, acked=True)
             self._retried.discard(seq)
@@ -181,8 +186,8 @@ class Link:
         elif self.connected:
             self._down_since = time.monotonic()
         self.connected = False
-        for future in self._in_flight.values():
-            future.cancel()
+        # Not cancelled: an answer already on its way is still settled (see _settle); a send
+        # on a dead connection fails by itself once keepalive notices.
         self._in_flight.clear()
         self._notify()
 

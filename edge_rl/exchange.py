@@ -9,6 +9,7 @@ the same, so "replay as of log position P" means exactly the records before P.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import logging
 import queue
@@ -136,6 +137,8 @@ class Exchange:
         self.session = uuid.uuid4().hex  # a new learner process is a new session
         self.started = time.monotonic()
         self.refused = 0  # Insert calls answered with an error
+        self.told_to_stop: set[str] = set()  # actors whose heartbeat said stop
+        self._inserts_open = 0
         self.progress = {"env_steps": 0, "updates": 0}  # written by the learner loop
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int], PendingBatch] = {}
@@ -192,6 +195,28 @@ class Exchange:
                 record.gone = True
                 log.warning("actor %s (%s) silent for %.0f s: marked gone", record.actor_id,
                             record.host or "unknown host", now - record.last_seen)
+
+    def wait_for_goodbyes(self, timeout: float) -> None:
+        """Once `stopping` is set: wait until every Insert is answered and every live actor
+        has been told to stop by a heartbeat (or `timeout` passes), so that no actor misses
+        an ack or the stop."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = {a for a, r in self.actors.items() if not r.gone}
+            if self._inserts_open == 0 and live <= self.told_to_stop:
+                return
+            time.sleep(0.05)
+
+    @contextlib.contextmanager
+    def answering(self):
+        """Counts an Insert call while it runs."""
+        with self._lock:
+            self._inserts_open += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inserts_open -= 1
 
     # -- batches --------------------------------------------------------------------------------
 

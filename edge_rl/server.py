@@ -117,6 +117,12 @@ class LearnerService:
     def Insert(self, raw: bytes, context):
         """Takes the request's bytes unparsed (see `_handlers`): anything undecodable is
         INVALID_ARGUMENT from here, not a framework error."""
+        with self.exchange.answering():
+            return self._insert(raw, context)
+
+    def _insert(self, raw: bytes, context):
+        if self.exchange.stopping.is_set():  # nothing new goes in: the actor keeps it
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
         request = wire_pb2.InsertRequest()
         try:
             request.ParseFromString(raw)
@@ -163,6 +169,9 @@ class LearnerService:
         )
 
     def Heartbeat(self, request, context):
+        stopping = self.exchange.stopping.is_set()
+        if stopping:
+            self.exchange.told_to_stop.add(request.actor_id)
         self.exchange.heartbeat(
             request.actor_id,
             host=request.host[:200],
@@ -175,7 +184,7 @@ class LearnerService:
         )
         return wire_pb2.HeartbeatReply(
             policy_version=self.exchange.policy[0],
-            stop=self.exchange.stopping.is_set(),
+            stop=stopping,
             learner_session=self.exchange.session,
         )
 

@@ -372,6 +372,9 @@ class Training:
             # all. Batches still queued are not acked: their actors keep them.
             self.ingest.release_all()
             self.exchange.stopping.set()
+            # Keep serving a little: the acks just released go out, and each actor's next
+            # heartbeat (once a second) hears that the run is over.
+            self.exchange.wait_for_goodbyes(timeout=5.0)
             actors.stop()
             server.stop(grace=2.0)
             self.exchange.drop_pending()

@@ -94,8 +94,8 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
             60, "the actors to spool while the learner is down", logs)
         learner = start(["learner", "--resume", "--out", run, "--port", port], logs[0])
         assert learner.wait(timeout=300) == 0, logs[0].read_text()[-3000:]
-        for name in "ab":  # the learner's last heartbeat told them to stop
-            stop(actors[name], timeout=30)
+        for name in "ab":  # the learner's last heartbeats told them to stop
+            assert actors[name].wait(timeout=30) == 0, logs[1 + "ab".index(name)].read_text()
     finally:
         for process in (learner, *actors.values()):
             stop(process, signal.SIGKILL, timeout=10)

@@ -9,11 +9,12 @@ The learner serves on 0.0.0.0 with a token; each actor reaches it over its own l
 actors' batches are acked, actor 1's end of its link goes down for `--outage` seconds (a cable
 pulled: no RST, no FIN, nothing). The script checks that actor 1 notices ("lost the learner"),
 keeps acting into its spool, reconnects when the link is back ("learner back") and delivers
-what it spooled, while actor 2 goes on undisturbed. Finally the learner is stopped and its last
+what it spooled, while actor 2 goes on undisturbed. Finally everything is stopped (the actors
+first, then the learner; --stop-learner-first tries the other order) and the learner's last
 checkpoint's ledger of inserted (actor id, seq) must equal the union of what the actors logged
 as acked: nothing acked was lost, nothing was inserted twice.
 
-    sudo python tools/netns_fleet.py [--outage 20] [--workdir DIR] [--keep]
+    sudo python tools/netns_fleet.py [--outage 20] [--workdir DIR] [--keep] [--stop-learner-first]
 
 Exit codes: 0 all checks passed, 1 a check failed (the logs' folder is printed), 77 this
 machine cannot run it (not root, no `ip`, namespaces not permitted): one line "skipped: why".
@@ -45,6 +46,10 @@ log = logging.getLogger("netns_fleet")
 
 EXIT_SKIP = 77  # what automake and friends use for "this test cannot run here"
 EDGE_RL = Path(sys.executable).parent / "edge-rl"
+# Larger batches than the default 64 transitions and a wider in-flight window: what actor 1
+# spools during the outage is resent in fewer round trips, which keeps the run short.
+BATCH_TRANSITIONS = 256
+WINDOW = 8  # the learner's --max-in-flight: unacked batches an actor may have in flight
 T = TypeVar("T")
 
 
@@ -90,7 +95,7 @@ class Fleet:
 
     def start(self, name: str, namespace: str, args: list[Any]) -> subprocess.Popen:
         """`edge-rl ARGS` inside `namespace`. `ip netns exec` execs the command, so the pid is
-        edge-rl's own; a new session keeps a Ctrl-C at the terminal away from it (teardown
+        edge-rl's own; a new session keeps a Ctrl-C at the terminal away from it (the script
         decides the order things stop in)."""
         handle = open(self.log_path(name), "ab")
         process = subprocess.Popen(
@@ -129,6 +134,10 @@ def stop(process: subprocess.Popen, sig: int, timeout: float) -> int:
     """Send `sig`, wait up to `timeout` s, then SIGKILL; returns the exit code."""
     if process.poll() is None:
         process.send_signal(sig)
+    return wait_or_kill(process, timeout)
+
+
+def wait_or_kill(process: subprocess.Popen, timeout: float) -> int:
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -231,6 +240,33 @@ def inserted(status: dict[str, Any], actor_id: str) -> int:
     return int(rows[0]["batches_inserted"]) if rows else 0
 
 
+def stop_actors_first(fleet: Fleet, actors: list[str]) -> tuple[int, dict[str, int], list[str]]:
+    """SIGINT the actors (their Ctrl-C path waits, link up, for the acks of what they have in
+    flight), then SIGTERM the learner (final checkpoint). Nothing is in flight when the
+    learner stops, so every batch in its ledger had its ack recorded by its actor."""
+    for actor in actors:  # both at once; one SIGINT each (a second would cut the wait short)
+        fleet.processes[actor].send_signal(signal.SIGINT)
+    codes = {actor: wait_or_kill(fleet.processes[actor], timeout=20) for actor in actors}
+    return stop(fleet.processes["learner"], signal.SIGTERM, timeout=90), codes, []
+
+
+def stop_learner_first(fleet: Fleet, actors: list[str]) -> tuple[int, dict[str, int], list[str]]:
+    """SIGTERM the learner first: it acks what is in replay, means to tell the actors to stop
+    in its heartbeat replies, and writes a final checkpoint; actors still running 10 s later
+    get SIGINT. As of this writing the actors do not hear the stop (the learner closes its
+    service right after raising the flag), and an actor whose new insert is refused first
+    cancels the inserts whose acks are still on their way: the learner holds those batches
+    and the actor does not log them as acked, so the ledger check can fail in this order
+    (mostly when an actor is resending a backlog). Hence actors first by default."""
+    learner_code = stop(fleet.processes["learner"], signal.SIGTERM, timeout=90)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(fleet.processes[a].poll() is None for a in actors):
+        time.sleep(0.25)
+    stopped = [a for a in actors if fleet.processes[a].poll() is not None]
+    codes = {actor: stop(fleet.processes[actor], signal.SIGINT, timeout=20) for actor in actors}
+    return learner_code, codes, stopped
+
+
 def final_ledger(run_dir: Path) -> set[tuple[str, int]]:
     """(actor id, seq) pairs in the replay of the run's latest checkpoint."""
     checkpoints = run_dir / "checkpoints"
@@ -255,6 +291,7 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
         "--port", args.port, "--token-file", token_file, "--out", run_dir,
         "--steps", 10_000_000, "--seed", 0, "--updates-per-step", 0.05,
         "--eval-every", 10**9, "--eval-episodes", 2, "--checkpoint-every", 10**9,
+        "--batch-transitions", BATCH_TRANSITIONS, "--max-in-flight", WINDOW,
     ])
     for i, link in enumerate(links, start=1):
         fleet.start(f"actor-{i}", link.actor_ns, [
@@ -275,32 +312,37 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
     # nothing (no RST, no FIN) tells either side; keepalives and timeouts must find out.
     spool1, log1 = spools["actor-1"], fleet.log_path("actor-1")
     log_offset = size(log1)
-    acked1_at_cut = set(read_acked(spool1))
-    acked2_at_cut = len(read_acked(spools["actor-2"]))
-    spooled_at_cut = spooled(spool1)
     inserted1_at_cut = inserted(learner_status(learner_ns, args.port, token_file), "actor-1")
     ip("-n", links[0].actor_ns, "link", "set", links[0].actor_dev, "down")
     cut = time.monotonic()
+    # Snapshots right after the cut: from here on only acks already on their way can land.
+    acked1_at_cut = set(read_acked(spool1))
+    acked2_at_cut = len(read_acked(spools["actor-2"]))
+    spooled_at_cut = spooled(spool1)
     log.info("actor 1's link down (%d batches in its spool)", len(spooled_at_cut))
 
-    noticed = wait_for(lambda: "lost the learner" in text_after(log1, log_offset),
-                       args.outage, "actor 1 to log 'lost the learner' while its link is down",
-                       fleet)
-    noticed_after = time.monotonic() - cut if noticed else None
+    wait_for(lambda: "lost the learner" in text_after(log1, log_offset), args.outage,
+             "actor 1 to log 'lost the learner' while its link is down", fleet)
+    noticed_after = time.monotonic() - cut
     # Hold the outage for its full length, watching the spool (never a process dying).
     wait_for(lambda: time.monotonic() - cut >= args.outage, args.outage + 5,
              "the outage to last", fleet, poll=0.5)
     during_status = learner_status(learner_ns, args.port, token_file)
     spooled_at_up = spooled(spool1)
     new_in_outage = spooled_at_up - spooled_at_cut - acked1_at_cut
-    if len(spooled_at_up) <= len(spooled_at_cut) or not new_in_outage:
-        raise CheckFailed(f"actor 1's spool did not grow while cut off: {len(spooled_at_cut)} "
-                          f"batches at the cut, {len(spooled_at_up)} at the end\n{fleet.tails()}")
+    # Connected, an actor holds at most its in-flight window unacked; far more in the
+    # spool, and no more acks during the outage than were on their way at the cut, say the
+    # cut really cut it off.
+    acked1_during = len(set(read_acked(spool1)) - acked1_at_cut)
+    if len(spooled_at_up) <= max(WINDOW, len(spooled_at_cut)) or acked1_during > WINDOW:
+        raise CheckFailed(f"actor 1 was not cut off: its spool went from {len(spooled_at_cut)} "
+                          f"to {len(spooled_at_up)} batches, {acked1_during} acked during the "
+                          f"outage\n{fleet.tails()}")
     acked2_during = len(read_acked(spools["actor-2"])) - acked2_at_cut
     if acked2_during <= 0:
         raise CheckFailed(f"actor 2 delivered nothing while actor 1 was cut off\n{fleet.tails()}")
-    silent = next((float(a["seconds_since_seen"]) for a in during_status["actors"]
-                   if a["actor_id"] == "actor-1"), -1.0)
+    row1 = next(a for a in during_status["actors"] if a["actor_id"] == "actor-1")
+    silent, gone = float(row1["seconds_since_seen"]), bool(row1["gone"])
 
     # 3. Plug it back in: actor 1 must say Hello again and deliver what it spooled.
     ip("-n", links[0].actor_ns, "link", "set", links[0].actor_dev, "up")
@@ -324,19 +366,19 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
                           f"{inserted1_at_cut} to {inserted1_after}, not up by at least "
                           f"{len(new_in_outage)}\n{fleet.tails()}")
 
-    # 4. Stop: SIGINT/SIGTERM make the learner release what is in replay, tell the actors to
-    # stop (heartbeat replies), and write a final checkpoint. Actors still running after a
-    # grace period get SIGINT (their Ctrl-C path drains the link before exiting).
-    learner_code = stop(fleet.processes["learner"], signal.SIGTERM, timeout=90)
-    if learner_code != 0:
-        raise CheckFailed(f"the learner exited with {learner_code}\n{fleet.tails()}")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(
-            fleet.processes[a].poll() is None for a in spools):
-        time.sleep(0.25)
-    stopped_by_learner = [a for a in spools if fleet.processes[a].poll() is not None]
-    for actor in spools:
-        stop(fleet.processes[actor], signal.SIGINT, timeout=15)
+    # 4. Stop, once actor 1 has caught up (no backlog left beyond its in-flight window): an
+    # actor stopped with a backlog leaves batches in flight that the learner may insert
+    # without the actor ever hearing the ack, and the ledger check below would fail on a
+    # batch that is not lost (the actor keeps it and would resend it).
+    wait_for(lambda: len(spooled(spool1)) <= WINDOW, 60,
+             "actor 1 to catch up (its spool back within the in-flight window)", fleet)
+    if args.stop_learner_first:
+        learner_code, actor_codes, stopped_by_learner = stop_learner_first(fleet, list(spools))
+    else:
+        learner_code, actor_codes, stopped_by_learner = stop_actors_first(fleet, list(spools))
+    if learner_code != 0 or any(actor_codes.values()):
+        raise CheckFailed(f"exit codes: learner {learner_code}, actors {actor_codes}\n"
+                          f"{fleet.tails()}")
 
     # 5. The ledger of the final checkpoint is what the actors logged as acked, exactly.
     ledger = final_ledger(run_dir)
@@ -363,6 +405,7 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
         "outage_s": outage,
         "noticed_after_s": noticed_after,
         "learner_saw_actor1_silent_s": silent,
+        "learner_marked_gone": gone,
         "spooled_at_cut": len(spooled_at_cut),
         "spooled_at_link_up": len(spooled_at_up),
         "new_in_outage": len(new_in_outage),
@@ -376,6 +419,7 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
         "env_steps": int(after["env_steps"]),
         "acked": acked_counts,
         "ledger": len(ledger),
+        "stop_order": "learner first" if args.stop_learner_first else "actors first",
         "stopped_by_learner": stopped_by_learner,
         "total_s": time.monotonic() - started,
     }
@@ -383,12 +427,12 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
 
 def report(figures: dict[str, Any]) -> None:
     f = figures
-    noticed = ("never" if f["noticed_after_s"] is None else f"{f['noticed_after_s']:.1f} s")
     lines = [
         "netns fleet: learner + 2 actors in 3 network namespaces over veth",
         f"  outage of actor 1's link  {f['outage_s']:.1f} s; it logged 'lost the learner' "
-        f"{noticed} after the cut; the learner last heard from it "
-        f"{f['learner_saw_actor1_silent_s']:.1f} s before the link came back",
+        f"{f['noticed_after_s']:.1f} s after the cut; just before the link came back the "
+        f"learner had not heard from it for {f['learner_saw_actor1_silent_s']:.1f} s"
+        f"{' (marked gone)' if f['learner_marked_gone'] else ''}",
         f"  spooled during outage     {f['new_in_outage']} new batches (spool {f['spooled_at_cut']}"
         f" -> {f['spooled_at_link_up']}); actor 2 had {f['actor2_acked_during_outage']} "
         "batches acked meanwhile",
@@ -396,12 +440,14 @@ def report(figures: dict[str, Any]) -> None:
         f"(actor: down {f['actor_reported_down_s']:.1f} s, {f['actor_reported_to_resend']} to "
         f"resend); all spooled batches acked in {f['delivered_after_s']:.1f} s",
         f"  learner                   actor 1 inserted {f['inserted_actor1'][0]} -> "
-        f"{f['inserted_actor1'][1]} batches; {f['steps_per_s']:.0f} env steps/s over the "
-        f"experiment, {f['env_steps']} env steps in all",
+        f"{f['inserted_actor1'][1]} batches; took {f['steps_per_s']:.0f} env steps/s from "
+        f"both actors over the experiment, {f['env_steps']} env steps in all",
         f"  final ledger              {f['ledger']} batches == acked logs "
         f"({', '.join(f'{a}: {n}' for a, n in f['acked'].items())}), no duplicates",
-        f"  actors stopped by the learner's heartbeat: "
-        f"{', '.join(f['stopped_by_learner']) or 'none (stopped with SIGINT)'}",
+        f"  stopped                   {f['stop_order']}"
+        + (f"; stopped by the learner's heartbeat: "
+           f"{', '.join(f['stopped_by_learner']) or 'none (SIGINT)'}"
+           if f["stop_order"] == "learner first" else ""),
         f"  total                     {f['total_s']:.1f} s",
     ]
     print("\n".join(lines), flush=True)
@@ -422,6 +468,9 @@ def main() -> int:
                         help="folder for logs, spools and the run (default: a temp folder, "
                              "deleted after a passing run)")
     parser.add_argument("--keep", action="store_true", help="keep the workdir after a pass")
+    parser.add_argument("--stop-learner-first", action="store_true",
+                        help="stop the learner first and let its heartbeat replies stop the "
+                             "actors, instead of stopping the actors first")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -459,7 +508,7 @@ def main() -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         fleet.teardown()
-    if code == 0 and args.workdir is None and not args.keep:
+    if code in (0, EXIT_SKIP) and args.workdir is None and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     elif code != EXIT_SKIP:
         print(f"logs, spools and the run are in {workdir}", flush=True)
