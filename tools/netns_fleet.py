@@ -10,11 +10,12 @@ actors' batches are acked, actor 1's end of its link goes down for `--outage` se
 pulled: no RST, no FIN, nothing). The script checks that actor 1 notices ("lost the learner"),
 keeps acting into its spool, reconnects when the link is back ("learner back") and delivers
 what it spooled, while actor 2 goes on undisturbed. Finally everything is stopped (the actors
-first, then the learner; --stop-learner-first tries the other order) and the learner's last
+the learner first, whose last heartbeats stop the actors; --stop-actors-first tries the other
+order) and the learner's last
 checkpoint's ledger of inserted (actor id, seq) must equal the union of what the actors logged
 as acked: nothing acked was lost, nothing was inserted twice.
 
-    sudo python tools/netns_fleet.py [--outage 20] [--workdir DIR] [--keep] [--stop-learner-first]
+    sudo python tools/netns_fleet.py [--outage 20] [--workdir DIR] [--keep] [--stop-actors-first]
 
 Exit codes: 0 all checks passed, 1 a check failed (the logs' folder is printed), 77 this
 machine cannot run it (not root, no `ip`, namespaces not permitted): one line "skipped: why".
@@ -251,13 +252,9 @@ def stop_actors_first(fleet: Fleet, actors: list[str]) -> tuple[int, dict[str, i
 
 
 def stop_learner_first(fleet: Fleet, actors: list[str]) -> tuple[int, dict[str, int], list[str]]:
-    """SIGTERM the learner first: it acks what is in replay, means to tell the actors to stop
-    in its heartbeat replies, and writes a final checkpoint; actors still running 10 s later
-    get SIGINT. As of this writing the actors do not hear the stop (the learner closes its
-    service right after raising the flag), and an actor whose new insert is refused first
-    cancels the inserts whose acks are still on their way: the learner holds those batches
-    and the actor does not log them as acked, so the ledger check can fail in this order
-    (mostly when an actor is resending a backlog). Hence actors first by default."""
+    """SIGTERM the learner first: it acks what is in replay, keeps serving until each actor's
+    heartbeat has heard the stop (at most 5 s), and writes a final checkpoint. The actors must
+    exit by themselves; any still running 10 s later get SIGINT and fail the check."""
     learner_code = stop(fleet.processes["learner"], signal.SIGTERM, timeout=90)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(fleet.processes[a].poll() is None for a in actors):
@@ -372,10 +369,12 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
     # batch that is not lost (the actor keeps it and would resend it).
     wait_for(lambda: len(spooled(spool1)) <= WINDOW, 60,
              "actor 1 to catch up (its spool back within the in-flight window)", fleet)
-    if args.stop_learner_first:
-        learner_code, actor_codes, stopped_by_learner = stop_learner_first(fleet, list(spools))
-    else:
+    if args.stop_actors_first:
         learner_code, actor_codes, stopped_by_learner = stop_actors_first(fleet, list(spools))
+    else:
+        learner_code, actor_codes, stopped_by_learner = stop_learner_first(fleet, list(spools))
+    if not args.stop_actors_first and sorted(stopped_by_learner) != sorted(spools):
+        raise CheckFailed(f"only {stopped_by_learner} heard the learner's stop")
     if learner_code != 0 or any(actor_codes.values()):
         raise CheckFailed(f"exit codes: learner {learner_code}, actors {actor_codes}\n"
                           f"{fleet.tails()}")
@@ -419,7 +418,7 @@ def run(args: argparse.Namespace, fleet: Fleet) -> dict[str, Any]:
         "env_steps": int(after["env_steps"]),
         "acked": acked_counts,
         "ledger": len(ledger),
-        "stop_order": "learner first" if args.stop_learner_first else "actors first",
+        "stop_order": "actors first" if args.stop_actors_first else "learner first",
         "stopped_by_learner": stopped_by_learner,
         "total_s": time.monotonic() - started,
     }
@@ -468,9 +467,9 @@ def main() -> int:
                         help="folder for logs, spools and the run (default: a temp folder, "
                              "deleted after a passing run)")
     parser.add_argument("--keep", action="store_true", help="keep the workdir after a pass")
-    parser.add_argument("--stop-learner-first", action="store_true",
-                        help="stop the learner first and let its heartbeat replies stop the "
-                             "actors, instead of stopping the actors first")
+    parser.add_argument("--stop-actors-first", action="store_true",
+                        help="stop the actors (Ctrl-C) before the learner, instead of letting "
+                             "the learner's heartbeat replies stop them")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
