@@ -42,7 +42,7 @@ def test_dqn_lockstep_int8_actors_learn_cartpole(dqn_run):
     # nothing dropped: every batch the actor numbered is in the ledger, without gaps
     checkpoint = (out / "checkpoints" / (out / "checkpoints/latest").read_text().strip())
     ledger = json.loads((checkpoint / "state.json").read_text())["ledger"]
-    assert ledger == {"local-0": [summary["steps"] // 64, []]}
+    assert ledger == {"local-0": [[0, summary["steps"] // 64]]}
     policy = load_policy(out / "policy.tflite")
     assert policy.metadata.precision == "int8" and policy.metadata.env_id == "CartPole-v1"
     assert policy.metadata.policy_version == summary["best_return"]["policy_version"]
