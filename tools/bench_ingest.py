@@ -1,7 +1,7 @@
 """Benchmark of the learner's ingest: actors streaming HalfCheetah-sized batches on loopback.
 
-    python tools/bench_ingest.py [--seconds 15] [--actors 4] [--window 8]
-                                 [--batch-transitions 1000 64] [--paced 10000 30000]
+    python tools/bench_ingest.py [--batch-transitions 1000 64] [--paced 100000 10000]
+                                 [--actors 4] [--window 8] [--seconds 5] [--rounds 3]
 
 The learner side is built in this process the way edge_rl.train.Training builds it: a TD3
 Learner for HalfCheetah-v5 with its default config, a Replay, an Ingest whose ReplayLog lives
@@ -10,20 +10,21 @@ processes (fresh interpreters that import only edge_rl.device) say Hello and the
 HalfCheetah-sized batches (obs 17 floats, action 6 floats; random finite data, increasing
 seq, 1000-step episodes) as fast as acks come back, with --window inserts in flight each.
 
-Measured side by side in one run, each over --seconds:
-  1. ingest alone, per batch size: the learner loop only takes batches into replay and lets
+Measured side by side, in --rounds rounds of every phase (--seconds each; medians reported,
+so that other load on the machine falls on every phase alike):
+  1. learner alone: TD3 updates/s on a replay pre-filled with 50k transitions, no streamers
+     (run right before every phase that trains with streamers, as its reference);
+  2. ingest alone, per batch size: the learner loop only takes batches into replay and lets
      their acks go at once. An Insert is answered only once its record is fsync'd, so acked
-     transitions/s is durable transitions/s; with fsyncs and MB/s written to the log;
-  2. learner alone: TD3 updates/s on a pre-filled replay (50k transitions), no streamers
-     (measured first and last; the mean is the reference);
+     transitions/s is durable transitions/s; with fsyncs/s and MB/s written to the log;
   3. both, per batch size: the loop of edge_rl.train (take batches, run a chunk of 50
-     updates, let acks go) while the streamers stream: updates/s, transitions/s and the
-     learner's loss against 2;
+     updates, let acks go) while the streamers stream: updates/s, transitions/s, and the
+     learner's loss against the learner-alone run just before it;
   4. both, with the streamers paced to --paced total transitions/s (a fleet slower than
-     the link), at the first batch size.
-Every phase also reports where the CPU went (learner loop, Insert handlers, fsync thread,
-other threads of this process, the streamer processes) and the machine's busy share; a last
-table times the Insert handler's stages on one batch in this process.
+     the link), at --paced-batch.
+Every phase also reports where the CPU went (learner loop, Insert's own code, grpcio's Python
+around it, the fsync thread, the process's other threads, the streamer processes, and the
+rest of the machine); a last table times the Insert handler's stages on one batch.
 """
 
 from __future__ import annotations
@@ -63,13 +64,20 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="length of each phase in each round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of all phases, interleaved so that other load on the "
+                             "machine falls on every phase alike; medians are reported")
     parser.add_argument("--actors", type=int, default=4, help="streamer processes")
     parser.add_argument("--window", type=int, default=8, help="inserts in flight per streamer")
     parser.add_argument("--batch-transitions", type=int, nargs="+", default=[1000],
                         help="transitions per batch; each value gets phases 1 and 3")
     parser.add_argument("--paced", type=float, nargs="*", default=[],
                         help="total transitions/s of the paced phases (4)")
+    parser.add_argument("--paced-batch", type=int,
+                        help="transitions per batch in the paced phases (default: the first "
+                             "--batch-transitions)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     # The streamers' side: this file, started again by the benchmark with these.
@@ -141,6 +149,24 @@ class BatchMaker:
 # -- a streamer process --------------------------------------------------------------------------
 
 
+@dataclass
+class Tally:
+    """A streamer's count of the inserts that came back."""
+
+    batch: int  # transitions per batch
+    end: float  # acks after this time are not counted
+    acked: int = 0  # transitions acked by `end`
+    latencies: list[float] = field(default_factory=list)  # seconds from send to ack
+    error: str = ""  # the first failed insert's status
+
+    def add(self, sent: float, future, finished: float) -> None:
+        if future.exception() is not None:
+            self.error = self.error or f"{future.code().name}: {future.details()}"
+        elif finished <= self.end:
+            self.acked += self.batch
+            self.latencies.append(finished - sent)
+
+
 def stream(args: argparse.Namespace) -> None:
     """One streamer: Hello, wait for the start time on stdin, insert with --window in flight
     until the end time, report on stdout as one JSON line."""
@@ -153,78 +179,70 @@ def stream(args: argparse.Namespace) -> None:
     print(json.dumps({"ready": True}), flush=True)
     times = json.loads(sys.stdin.readline())
     start, end = times["start"], times["end"]
-
-    # Acks arrive on gRPC's threads; they hand each finished future to this loop, which keeps
-    # the window full (or paced) and counts only acks that came back inside [start, end].
+    tally = Tally(n, end)
+    # Acks arrive on gRPC's threads; each hands its finished future to this loop, which keeps
+    # the window full (or the pace) and does the counting.
     done: queue.SimpleQueue = queue.SimpleQueue()
-    sent_at: dict[int, float] = {}
-    seq = hello.next_seq
-
-    def send() -> None:
-        nonlocal seq
-        current = seq
-        future = client.insert(maker.batch(current))
-        sent_at[current] = time.time()
-        future.add_done_callback(lambda f, s=current: done.put((s, f, time.time())))
-        seq += 1
+    seq, sent, in_flight = hello.next_seq, 0, 0
 
     time.sleep(max(0.0, start - time.time()))
-    cpu_start = time.process_time()
-    cpu_end = None
-    sent = acked = 0
-    latencies: list[float] = []
-    error = ""
-    in_flight = 0
+    cpu_start, cpu_end = time.process_time(), None
     while True:
         now = time.time()
-        if not error and now < end and in_flight < args.window:
-            if args.rate > 0:  # paced: batch k leaves no earlier than start + k * n / rate
-                due = start + sent * n / args.rate
-                if due > now:
-                    try:
-                        item = done.get(timeout=min(due, end) - now)
-                    except queue.Empty:
-                        continue
-                    in_flight -= 1
-                    acked, error = account(item, end, n, acked, sent_at, latencies, error)
-                    continue
-            send()
-            sent += 1
-            in_flight += 1
+        can_send = not tally.error and now < end and in_flight < args.window
+        # paced: batch k leaves no earlier than start + k * n / rate
+        due = start + sent * n / args.rate if args.rate > 0 else now
+        if can_send and due <= now:
+            future = client.insert(maker.batch(seq))
+            future.add_done_callback(lambda f, t=now: done.put((t, f, time.time())))
+            seq, sent, in_flight = seq + 1, sent + 1, in_flight + 1
             continue
-        if cpu_end is None and now >= end:
+        if now >= end and cpu_end is None:
             cpu_end = time.process_time()
-        if in_flight == 0:
+        if in_flight == 0 and not can_send:
             break
-        item = done.get()
+        try:
+            item = done.get(timeout=min(due, end) - now if can_send else None)
+        except queue.Empty:
+            continue
         in_flight -= 1
-        acked, error = account(item, end, n, acked, sent_at, latencies, error)
+        tally.add(*item)
     client.close()
+    latencies = np.array(tally.latencies or [math.nan]) * 1000
     print(json.dumps({
-        "acked_transitions": acked,
+        "acked_transitions": tally.acked,
         "sent_batches": sent,
         "cpu_seconds": (cpu_end or time.process_time()) - cpu_start,
-        "ack_latency_ms_p50": 1000 * float(np.median(latencies)) if latencies else math.nan,
-        "ack_latency_ms_p99": 1000 * float(np.percentile(latencies, 99)) if latencies else math.nan,
-        "error": error,
+        "ack_latency_ms_p50": float(np.median(latencies)),
+        "ack_latency_ms_p99": float(np.percentile(latencies, 99)),
+        "error": tally.error,
         "tensorflow_imported": "tensorflow" in sys.modules,
     }), flush=True)
 
 
-def account(item: tuple, end: float, n: int, acked: int, sent_at: dict[int, float],
-            latencies: list[float], error: str) -> tuple[int, str]:
-    """Count one finished insert: acked inside the window, or the first error seen."""
-    seq, future, finished = item
-    started = sent_at.pop(seq)
-    if future.exception() is not None:
-        return acked, error or f"{future.code().name}: {future.details()}"
-    if finished <= end:
-        latencies.append(finished - started)
-        return acked + n, error
-    return acked, error
-
-
 # -- the learner side ----------------------------------------------------------------------------
+
+
+class TimedInsert:
+    """The service's Insert, adding up the CPU time its threads spend inside it (parse,
+    validate, submit, and waking up to check for the ack and the fsync), so the report can
+    tell the handler's own work from gRPC's Python around it."""
+
+    def __init__(self, insert):
+        self.insert = insert
+        self.lock = threading.Lock()
+        self.cpu_seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, raw: bytes, context):
+        begin = time.thread_time()
+        try:
+            return self.insert(raw, context)
+        finally:
+            used = time.thread_time() - begin
+            with self.lock:
+                self.cpu_seconds += used
+                self.calls += 1
 
 
 @dataclass
@@ -237,6 +255,7 @@ class LearnerSide:
     ingest: Any
     server: Any
     port: int
+    insert: TimedInsert
     tmp: tempfile.TemporaryDirectory
 
 
@@ -271,33 +290,35 @@ def build_learner_side(args: argparse.Namespace) -> LearnerSide:
     )
     # As Training sizes it: Inserts wait in their threads for acks, so every in-flight batch
     # of the fleet needs a thread.
+    service = LearnerService(run, ingest.exchange)
+    service.Insert = insert = TimedInsert(service.Insert)  # start_server takes it from here
     server, port = start_server(
-        LearnerService(run, ingest.exchange), 0,
-        max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
+        service, 0, max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
     )
-    return LearnerSide(config, learner, replay, ingest, server, port, tmp)
+    return LearnerSide(config, learner, replay, ingest, server, port, insert, tmp)
 
 
 # -- CPU accounting ------------------------------------------------------------------------------
 
 
 def thread_cpu() -> dict[int, float]:
-    """CPU seconds (user + system) of each thread of this process, by native thread id."""
+    """CPU seconds of each thread of this process, by native thread id (schedstat's
+    nanoseconds on a CPU: /proc's utime and stime count 10 ms ticks, too coarse for a hundred
+    mostly idle handler threads)."""
     seconds = {}
     for task in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{task}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                seconds[int(task)] = int(f.read().split()[0]) / 1e9
         except OSError:  # the thread ended meanwhile
             continue
-        seconds[int(task)] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
     return seconds
 
 
 def machine_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
     with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
+        values = [int(v) for v in f.readline().split()[1:8]]  # not guest time: counted twice
     idle = values[3] + values[4]  # idle + iowait
     return (sum(values) - idle) / TICK, sum(values) / TICK
 
@@ -324,18 +345,27 @@ class Snapshot:
     syncs: int
     bytes_written: int
     taken: int
+    insert_cpu: float
+    insert_calls: int
 
 
 # -- the learner loop ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # phases are compared and hashed by identity
 class Phase:
     name: str
     batch: int = 0  # transitions per batch (0: no streamers)
     train: bool = False
     rate: float = 0.0  # total transitions/s the streamers are paced to (0: as fast as acked)
-    results: dict = field(default_factory=dict)
+    rounds: list[dict] = field(default_factory=list)  # summarize's result, one per round
+
+    def median(self, key: str) -> float:
+        return float(np.median([r[key] for r in self.rounds]))
+
+    def median_cpu(self) -> dict[str, float]:
+        names = self.rounds[0]["cpu_cores"]
+        return {n: float(np.median([r["cpu_cores"][n] for r in self.rounds])) for n in names}
 
 
 class Loop:
@@ -377,8 +407,9 @@ class Loop:
 
     def snapshot(self) -> Snapshot:
         log_ = self.side.ingest.log
+        insert = self.side.insert
         return Snapshot(time.time(), thread_cpu(), machine_busy(), log_.syncs,
-                        log_.bytes_written, self.taken)
+                        log_.bytes_written, self.taken, insert.cpu_seconds, insert.calls)
 
     def update_rate(self, start: float, end: float) -> float:
         """Updates/s between the first and the last chunk that ended inside [start, end]."""
@@ -410,7 +441,7 @@ def start_streamers(args: argparse.Namespace, port: int, phase: Phase,
 
 
 def run_phase(args: argparse.Namespace, loop: Loop, phase: Phase, incarnation: int) -> None:
-    """Run one phase for --seconds and fill phase.results."""
+    """Run one round of a phase for --seconds; its figures go to phase.rounds."""
     log.info("phase: %s", phase.name)
     procs = start_streamers(args, loop.side.port, phase, incarnation) if phase.batch else []
     start = time.time() + 0.5
@@ -440,7 +471,7 @@ def run_phase(args: argparse.Namespace, loop: Loop, phase: Phase, incarnation: i
             raise RuntimeError(f"a streamer's insert failed: {report['error']}")
         if report["tensorflow_imported"]:
             raise RuntimeError("a streamer imported TensorFlow")
-    phase.results = summarize(loop, phase, snapshots, reports)
+    phase.rounds.append(summarize(loop, phase, snapshots, reports))
 
 
 def summarize(loop: Loop, phase: Phase, snapshots: list[Snapshot],
@@ -448,19 +479,30 @@ def summarize(loop: Loop, phase: Phase, snapshots: list[Snapshot],
     first, last = snapshots
     seconds = last.at - first.at
     groups = thread_groups()
-    cpu: dict[str, float] = {"learner loop": 0.0, "Insert handlers": 0.0, "fsync thread": 0.0,
-                             "other threads (gRPC core, TF)": 0.0}
+    by_group: dict[str, float] = {}
     for tid, used in last.threads.items():
-        group = groups.get(tid, "other threads (gRPC core, TF)")
-        cpu[group] += used - first.threads.get(tid, 0.0)
-    cpu["streamers"] = sum(r["cpu_seconds"] for r in reports)
+        group = groups.get(tid, "other threads")
+        by_group[group] = by_group.get(group, 0.0) + used - first.threads.get(tid, 0.0)
+    inside_insert = last.insert_cpu - first.insert_cpu
     busy = (last.machine[0] - first.machine[0]) / (last.machine[1] - first.machine[1])
+    cpu = {
+        "learner loop": by_group.get("learner loop", 0.0),
+        "inside Insert": inside_insert,
+        # the handler threads' other time: grpcio's Python receiving and answering the call
+        "gRPC Python around Insert": by_group.get("Insert handlers", 0.0) - inside_insert,
+        "fsync thread": by_group.get("fsync thread", 0.0),
+        "other threads (gRPC core, TF)": by_group.get("other threads", 0.0),
+        "streamers": sum(r["cpu_seconds"] for r in reports),
+    }
+    # Whatever else ran on the machine meanwhile: other processes, the kernel's own threads.
+    cpu["rest of the machine"] = busy * os.cpu_count() * seconds - sum(cpu.values())
     acked = sum(r["acked_transitions"] for r in reports)
     return {
         "seconds": seconds,
-        "transitions_per_s": acked / seconds if reports else 0.0,
+        "transitions_per_s": acked / seconds,
         "taken_per_s": (last.taken - first.taken) / seconds,
         "updates_per_s": loop.update_rate(first.at, last.at) if phase.train else math.nan,
+        "inserts_per_s": (last.insert_calls - first.insert_calls) / seconds,
         "fsyncs_per_s": (last.syncs - first.syncs) / seconds,
         "log_mb_per_s": (last.bytes_written - first.bytes_written) / seconds / 1e6,
         "ack_ms_p50": float(np.median([r["ack_latency_ms_p50"] for r in reports]))
@@ -520,36 +562,44 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def learner_loss(phase: Phase) -> list[float]:
+    """The learner's loss in each round against the learner-alone run just before it."""
+    return [1 - r["updates_per_s"] / r["alone_updates_per_s"] for r in phase.rounds]
+
+
 def report(args: argparse.Namespace, phases: list[Phase], stages: dict[int, dict],
            machine: dict) -> None:
-    alone = [p.results["updates_per_s"] for p in phases if p.train and not p.batch]
-    reference = float(np.mean(alone))
+    alone = phases[0]
     print(f"{machine['cpu']}, {machine['cores']} cores; {args.actors} streamers x "
-          f"{args.window} in flight; {args.seconds:.0f} s per phase; TD3 HalfCheetah-v5 "
-          f"(batch 256, chunks of {UPDATES_PER_CHUNK}); {machine['wall_s']:.0f} s in all\n")
-    print(f"### Ingest and learner, side by side (learner alone: "
-          f"{' / '.join(f'{a:.0f}' for a in alone)} updates/s, first / last run)\n")
+          f"{args.window} in flight; {args.rounds} rounds of {args.seconds:.0f} s per phase "
+          f"(medians); TD3 HalfCheetah-v5 (batch 256, chunks of {UPDATES_PER_CHUNK}); "
+          f"{machine['wall_s']:.0f} s in all\n")
+    print("### Ingest and learner, side by side\n")
     rows = []
     for p in phases:
-        r = p.results
-        loss = (f"{100 * (1 - r['updates_per_s'] / reference):.0f}%"
-                if p.train and p.batch else "-")
+        streams, loss = bool(p.batch), "-"
+        if p.train and p.batch:
+            losses = learner_loss(p)
+            loss = (f"{100 * np.median(losses):.0f}% "
+                    f"({100 * min(losses):.0f} to {100 * max(losses):.0f}%)")
         rows.append([
             p.name,
-            f"{r['transitions_per_s']:,.0f}" if p.batch else "-",
-            f"{r['updates_per_s']:.0f}" if p.train else "-",
+            f"{p.median('transitions_per_s'):,.0f}" if streams else "-",
+            f"{p.median('updates_per_s'):.0f}" if p.train else "-",
             loss,
-            f"{r['fsyncs_per_s']:.0f}" if p.batch else "-",
-            f"{r['log_mb_per_s']:.1f}" if p.batch else "-",
-            f"{r['ack_ms_p50']:.1f} / {r['ack_ms_p99']:.0f}" if p.batch else "-",
+            f"{p.median('inserts_per_s'):,.0f}" if streams else "-",
+            f"{p.median('fsyncs_per_s'):.0f}" if streams else "-",
+            f"{p.median('log_mb_per_s'):.1f}" if streams else "-",
+            f"{p.median('ack_ms_p50'):.0f} / {p.median('ack_ms_p99'):.0f}" if streams else "-",
         ])
-    print(table(["phase", "transitions/s durable (acked)", "updates/s", "learner loss",
-                 "fsyncs/s", "log MB/s", "ack ms p50 / p99"], rows))
+    print(table(["phase", "transitions/s durable (acked)", "updates/s",
+                 "learner loss (range over rounds)", "Inserts/s", "fsyncs/s", "log MB/s",
+                 "ack ms p50 / p99"], rows))
     print("\n### Where the CPU went (cores busy during the phase; the machine has "
           f"{machine['cores']})\n")
-    names = list(phases[0].results["cpu_cores"])
-    rows = [[p.name] + [f"{p.results['cpu_cores'][n]:.2f}" for n in names]
-            + [f"{p.results['machine_busy']:.0%}"] for p in phases]
+    names = list(alone.median_cpu())
+    rows = [[p.name] + [f"{used:.2f}" for used in p.median_cpu().values()]
+            + [f"{p.median('machine_busy'):.0%}"] for p in phases]
     print(table(["phase"] + names + ["machine busy"], rows))
     print("\n### Insert handler stages (median µs per batch, one thread, nothing else running)\n")
     sizes = list(stages)
@@ -578,17 +628,26 @@ def main() -> None:
     loop = Loop(side)
     for _ in range(3):  # traces the chunk's graph: the first call takes seconds
         loop.chunk()
-    phases = [Phase("learner alone", train=True)]
+    # Every phase that trains with streamers runs right after a learner-alone run, its
+    # reference: load from outside the benchmark then falls on both alike.
+    alone = Phase("learner alone", train=True)
+    schedule = []
     for n in args.batch_transitions:
-        phases += [Phase(f"ingest alone, batches of {n}", batch=n),
-                   Phase(f"both, batches of {n}", batch=n, train=True)]
+        schedule += [Phase(f"ingest alone, batches of {n}", batch=n), alone,
+                     Phase(f"both, batches of {n}", batch=n, train=True)]
     for rate in args.paced:
-        n = args.batch_transitions[0]
-        phases.append(Phase(f"both, paced to {rate:,.0f}/s, batches of {n}", batch=n,
-                            train=True, rate=rate))
-    phases.append(Phase("learner alone", train=True))
-    for incarnation, phase in enumerate(phases, start=1):
-        run_phase(args, loop, phase, incarnation)
+        n = args.paced_batch or args.batch_transitions[0]
+        schedule += [alone, Phase(f"both, paced to {rate:,.0f}/s, batches of {n}", batch=n,
+                                  train=True, rate=rate)]
+    incarnation = 0  # each run's streamers are new actor incarnations
+    for round_ in range(args.rounds):
+        log.info("round %d of %d", round_ + 1, args.rounds)
+        for phase in schedule:
+            incarnation += 1
+            run_phase(args, loop, phase, incarnation)
+            if phase.train and phase.batch:
+                phase.rounds[-1]["alone_updates_per_s"] = alone.rounds[-1]["updates_per_s"]
+    phases = [alone] + [p for p in dict.fromkeys(schedule) if p is not alone]
     stages = {n: time_stages(side, n, repeats=max(50, 20_000 // n))
               for n in args.batch_transitions}
     side.ingest.exchange.stopping.set()
@@ -600,7 +659,7 @@ def main() -> None:
     report(args, phases, stages, machine)
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"phases": [{"name": p.name, **p.results} for p in phases], "stages": stages,
+            {"phases": [{"name": p.name, "rounds": p.rounds} for p in phases], "stages": stages,
              "machine": machine}, indent=2))
 
 
