@@ -40,9 +40,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,6 +52,14 @@ import numpy as np
 from edge_rl.device import wire_pb2
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.wire import PROTOCOL_VERSION, Transitions, to_tensor
+
+if TYPE_CHECKING:  # names for the type hints only
+    import grpc
+
+    from edge_rl.config import TrainConfig
+    from edge_rl.ingest import Ingest
+    from edge_rl.learner import Learner
+    from edge_rl.replay import Replay
 
 log = logging.getLogger("bench_ingest")
 
@@ -72,7 +81,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--actors", type=int, default=4, help="streamer processes")
     parser.add_argument("--window", type=int, default=8, help="inserts in flight per streamer")
     parser.add_argument("--batch-transitions", type=int, nargs="+", default=[1000],
-                        help="transitions per batch; each value gets phases 1 and 3")
+                        help="transitions per batch; each value gets phases 2 and 3")
     parser.add_argument("--paced", type=float, nargs="*", default=[],
                         help="total transitions/s of the paced phases (4)")
     parser.add_argument("--paced-batch", type=int,
@@ -228,13 +237,13 @@ class TimedInsert:
     validate, submit, and waking up to check for the ack and the fsync), so the report can
     tell the handler's own work from gRPC's Python around it."""
 
-    def __init__(self, insert):
+    def __init__(self, insert: Callable[[bytes, grpc.ServicerContext], object]):
         self.insert = insert
         self.lock = threading.Lock()
         self.cpu_seconds = 0.0
         self.calls = 0
 
-    def __call__(self, raw: bytes, context):
+    def __call__(self, raw: bytes, context: grpc.ServicerContext) -> object:
         begin = time.thread_time()
         try:
             return self.insert(raw, context)
@@ -249,17 +258,18 @@ class TimedInsert:
 class LearnerSide:
     """What edge_rl.train.Training builds, without its actors, evaluations or checkpoints."""
 
-    config: Any
-    learner: Any
-    replay: Any
-    ingest: Any
-    server: Any
+    config: TrainConfig
+    learner: Learner
+    replay: Replay
+    ingest: Ingest
+    server: grpc.Server
     port: int
     insert: TimedInsert
     tmp: tempfile.TemporaryDirectory
 
 
 def build_learner_side(args: argparse.Namespace) -> LearnerSide:
+    """The learner's pieces, serving on 127.0.0.1 (a free port)."""
     import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow's import)
     from edge_rl.config import TrainConfig
     from edge_rl.ingest import Ingest
@@ -529,7 +539,7 @@ def time_stages(side: LearnerSide, n: int, repeats: int) -> dict[str, float]:
     replay = Replay(max(PREFILL, n * repeats), (OBS_DIM,), (ACTION_DIM,), "float32", gamma=0.99)
     log_ = side.ingest.log
 
-    def median_us(work) -> float:
+    def median_us(work: Callable[[int], object]) -> float:
         times = []
         for i in range(repeats):
             begin = time.perf_counter()
