@@ -150,7 +150,7 @@ class Actor:
                 )
             except grpc.RpcError as err:
                 if link.connected and err.code() != grpc.StatusCode.UNAUTHENTICATED:
-                    link.suspect()
+                    link.reconnect()
                 continue
             if link.connected:
                 self.pace.observe(rate)

@@ -34,10 +34,8 @@ ACTOR_CHANNEL_OPTIONS = CHANNEL_OPTIONS + [
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
-def read_token(path: str | Path | None) -> str | None:
-    """The first non-empty line of a token file (None without a file)."""
-    if path is None:
-        return None
+def read_tokens(path: str | Path) -> list[str]:
+    """Every non-empty, non-comment line of a token file is a token."""
     try:
         lines = [line.strip() for line in Path(path).read_text().splitlines()]
     except OSError as err:
@@ -45,7 +43,12 @@ def read_token(path: str | Path | None) -> str | None:
     tokens = [line for line in lines if line and not line.startswith("#")]
     if not tokens:
         raise UserError(f"token file {path} holds no token")
-    return tokens[0]
+    return tokens
+
+
+def read_token(path: str | Path | None) -> str | None:
+    """The token an actor presents: its file's first (None without a file)."""
+    return None if path is None else read_tokens(path)[0]
 
 
 def make_channel(address: str, tls_ca: str | Path | None = None,

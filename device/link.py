@@ -44,17 +44,16 @@ def backoff(attempt: int, rng: random.Random) -> float:
 
 class Link:
     def __init__(self, client: LearnerClient, spool: Spool, window: int, session: str,
-                 on_version=lambda version: None, on_hello=lambda reply: None):
+                 on_version=lambda version: None):
         self.client = client
         self.spool = spool
         self.window = max(1, window)
         self.session = session
         self.on_version = on_version  # called with the policy version each ack names
-        self.on_hello = on_hello  # called with each HelloReply after a reconnect
         self.connected = True
         self.fatal: str | None = None
         self.stopping = threading.Event()
-        self.outages = 0
+        self._down_since = time.monotonic()
         self._rng = random.Random()
         self._results: queue.Queue = queue.Queue()
         self._in_flight: dict[int, grpc.Future] = {}
@@ -81,14 +80,10 @@ class Link:
             raise UserError(self.fatal)
 
     def reconnect(self) -> None:
-        """The learner is a new process (its heartbeat said so): say Hello again."""
+        """Say Hello again: a heartbeat named a new learner process, or could not reach the
+        learner (the link counts as down now, not when an in-flight insert times out)."""
         self._reconnect.set()
         self.wake()
-
-    def suspect(self) -> None:
-        """A heartbeat could not reach the learner: treat the link as down now rather than
-        when an in-flight insert times out."""
-        self.reconnect()
 
     def stop(self) -> None:
         """Wait up to DRAIN_SECONDS for batches in flight, then stop sending."""
@@ -179,12 +174,10 @@ class Link:
         self._link_down(f"{code.name}: {error.details()}")
 
     def _link_down(self, why: str, quiet: bool = False) -> None:
-        if self.connected and not quiet:
-            self.outages += 1
+        if self.connected:
             self._down_since = time.monotonic()
-            log.warning("lost the learner (%s); acting on and spooling", why)
-        elif self.connected:
-            self._down_since = time.monotonic()
+            if not quiet:
+                log.warning("lost the learner (%s); acting on and spooling", why)
         self.connected = False
         # Not cancelled: an answer already on its way is still settled (see _settle); a send
         # on a dead connection fails by itself once keepalive notices.
@@ -209,10 +202,9 @@ class Link:
             self.spool.join_run(reply.run_id, reply.next_seq)
             self.session = reply.learner_session
             self.connected = True
-            self.on_hello(reply)
             self.on_version(reply.policy_version)
-            down = time.monotonic() - getattr(self, "_down_since", time.monotonic())
-            log.info("learner back after %.1f s; %d batches spooled to resend", down,
+            log.info("learner back after %.1f s; %d batches spooled to resend",
+                     time.monotonic() - self._down_since,
                      len(self.spool))
             self._notify()
             return

@@ -191,9 +191,9 @@ def learner(resume: bool, config_file: str | None, **flags) -> None:
     if config.port == 0:
         raise UserError("a learner needs a fixed --port for its actors to find it")
     if config.token_file:
-        from edge_rl.server import read_tokens
+        from edge_rl.server import accepted_tokens
 
-        read_tokens(config.token_file)  # a bad token file fails now, not after TF loads
+        accepted_tokens(config.token_file)  # a bad token file fails now, not after TF loads
     report_summary(run_training(config, resume=resume))
 
 

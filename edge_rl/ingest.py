@@ -15,7 +15,7 @@ from collections import deque
 from pathlib import Path
 
 from edge_rl.device import wire_pb2
-from edge_rl.device.wire import BatchError, validate_batch
+from edge_rl.device.wire import validate_batch
 from edge_rl.exchange import Exchange, Ledger, PendingBatch, replay_key
 from edge_rl.replay import Replay
 from edge_rl.replay_log import Position, ReplayLog, read_records
@@ -44,7 +44,7 @@ class Ingest:
             try:
                 batch.ParseFromString(payload)
                 arrays = validate_batch(batch, observation_shape, action)
-            except (BatchError, Exception) as err:  # accepted once, so this is disk damage
+            except Exception as err:  # accepted once, so this is disk damage
                 log.error("replay log record ending at %s is unreadable (%s); skipped", end, err)
                 continue
             self.position = end
@@ -86,9 +86,6 @@ class Ingest:
         """Every batch in replay gets its ack (the learner is stopping; they are in its last
         checkpoint)."""
         self.release(lambda: True)
-
-    def forget_log_before(self, position: Position) -> None:
-        self.log.forget_before(position)
 
     def close(self) -> None:
         self.exchange.drop_pending()

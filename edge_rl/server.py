@@ -26,7 +26,7 @@ import grpc
 
 from edge_rl.config import is_loopback
 from edge_rl.device import wire_pb2
-from edge_rl.device.client import CHANNEL_OPTIONS
+from edge_rl.device.client import CHANNEL_OPTIONS, read_tokens
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.wire import (
@@ -259,15 +259,9 @@ class TokenCheck(grpc.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(refuse)
 
 
-def read_tokens(path: str | Path) -> list[str]:
-    """Every non-empty, non-comment line of a token file is a valid token."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as err:
-        raise UserError(f"cannot read token file {path}: {err.strerror}") from None
-    tokens = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    if not tokens:
-        raise UserError(f"token file {path} holds no token")
+def accepted_tokens(path: str | Path) -> list[str]:
+    """The tokens a learner accepts: its token file's, each too long to guess."""
+    tokens = read_tokens(path)
     if any(len(t) < 16 for t in tokens):
         raise UserError(f"token file {path}: tokens must be at least 16 characters "
                         "(e.g. `python -c 'import secrets; print(secrets.token_hex(16))'`)")
@@ -289,7 +283,7 @@ def start_server(
         raise UserError("TLS needs both --tls-cert and --tls-key")
     if token_file is None and not insecure and not is_loopback(host):
         raise UserError(f"refusing to listen on {host} without --token-file")
-    interceptors = [TokenCheck(read_tokens(token_file))] if token_file else []
+    interceptors = [TokenCheck(accepted_tokens(token_file))] if token_file else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         handlers=[_handlers(service)],

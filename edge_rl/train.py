@@ -224,7 +224,7 @@ class Training:
         self.state.log_position = self.ingest.position
         self.state.wall_seconds = self.elapsed()
         oldest_needed = save_checkpoint(self.run_dir, self.state, self.learner, self.replay)
-        self.ingest.forget_log_before(oldest_needed)
+        self.ingest.log.forget_before(oldest_needed)
         log.info("checkpoint at %d env steps", self.state.env_steps)
 
     def _restore(self, folder: Path) -> None:

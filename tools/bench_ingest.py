@@ -412,7 +412,7 @@ class Loop:
             if time.time() > next_forget:
                 # Training frees log segments at checkpoints; here nothing needs them, and a
                 # fast run would otherwise write gigabytes into the temp dir.
-                self.side.ingest.forget_log_before(self.side.ingest.position)
+                self.side.ingest.log.forget_before(self.side.ingest.position)
                 next_forget = time.time() + 2.0
 
     def snapshot(self) -> Snapshot:
