@@ -77,27 +77,52 @@ class Replay:
         n = len(transitions)
         if n > self.capacity:
             raise ValueError(f"a batch of {n} transitions does not fit a replay of {self.capacity}")
-        positions = (self.start + self.size + np.arange(n)) % self.capacity
+        if n == 0:
+            return
+        begin = (self.start + self.size) % self.capacity  # the slot after the newest
+        positions = (begin + np.arange(n)) % self.capacity
         overflow = max(0, self.size + n - self.capacity)
         self.start = (self.start + overflow) % self.capacity
         self.size = min(self.capacity, self.size + n)
         self.inserted_total += n
 
+        # The batch lands in one slice of the ring, or two where it wraps (slices copy several
+        # times faster than index arrays).
+        head = min(n, self.capacity - begin)
+        slices = [(slice(begin, begin + head), slice(0, head)),
+                  (slice(0, n - head), slice(head, n))]
         d = self.data
-        for name in ("observation", "next_observation", "action", "deterministic_action",
-                     "reward", "terminated", "truncated", "episode_id", "episode_step"):
-            d[name][positions] = getattr(transitions, name)
-        d["actor_key"][positions] = actor_key
-        d["successor"][positions] = -1
+        for ring, batch in slices:
+            for name in ("observation", "next_observation", "action", "deterministic_action",
+                         "reward", "terminated", "truncated", "episode_id", "episode_step"):
+                d[name][ring] = getattr(transitions, name)[batch]
+            d["actor_key"][ring] = actor_key
+            d["successor"][ring] = -1
 
+        # Successor links, made per episode: sort the batch by episode (stably, so each
+        # episode's transitions stay in arrival order); neighbours in that order are an
+        # episode's consecutive transitions. Python only loops over the batch's episodes.
         ended = transitions.terminated | transitions.truncated
-        for i, position in enumerate(positions.tolist()):
-            key = (actor_key, int(transitions.episode_id[i]))
+        order = np.argsort(transitions.episode_id, kind="stable")
+        episode = transitions.episode_id[order]
+        step = transitions.episode_step[order]
+        position = positions[order]
+        closes = ended[order]
+        starts = np.flatnonzero(np.concatenate(([True], episode[1:] != episode[:-1])))
+        finals = np.concatenate((starts[1:] - 1, [n - 1]))
+        # An episode's first transition in this batch continues the tail left by earlier
+        # batches, if that slot still holds the step before it.
+        for first, final in zip(starts.tolist(), finals.tolist(), strict=True):
+            key = (actor_key, int(episode[first]))
             previous = self._tails.pop(key, None)
-            if previous is not None and self._holds(previous, key, transitions.episode_step[i] - 1):
-                d["successor"][previous] = position
-            if not ended[i]:
-                self._tails[key] = position
+            if previous is not None and self._holds(previous, key, step[first] - 1):
+                d["successor"][previous] = position[first]
+            if not closes[final]:
+                self._tails[key] = int(position[final])
+        # Within the batch: link each transition to the next one of its episode unless it
+        # ended the episode or a step is missing between them.
+        link = (episode[1:] == episode[:-1]) & ~closes[:-1] & (step[1:] == step[:-1] + 1)
+        d["successor"][position[:-1][link]] = position[1:][link]
 
     def _holds(self, position: int, key: tuple[int, int], step: int) -> bool:
         d = self.data

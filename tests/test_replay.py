@@ -106,3 +106,71 @@ def test_save_and_load_round_trip(tmp_path):
         np.testing.assert_array_equal(a[key], b[key])
     restored.insert(1, batch(5, [4], [5]))  # open episode still linked after loading
     assert restored.data["successor"].max() >= 0
+
+
+def link_one_by_one(replay, actor_key, transitions):
+    """The successor rule, one transition at a time: the definition `Replay.insert` must
+    match (it does the same per episode in numpy)."""
+    n = len(transitions)
+    positions = (replay.start + replay.size + np.arange(n)) % replay.capacity
+    replay.start = (replay.start + max(0, replay.size + n - replay.capacity)) % replay.capacity
+    replay.size = min(replay.capacity, replay.size + n)
+    d = replay.data
+    for name in ("observation", "next_observation", "action", "deterministic_action",
+                 "reward", "terminated", "truncated", "episode_id", "episode_step"):
+        d[name][positions] = getattr(transitions, name)
+    d["actor_key"][positions] = actor_key
+    d["successor"][positions] = -1
+    for i, position in enumerate(positions.tolist()):
+        key = (actor_key, int(transitions.episode_id[i]))
+        previous = replay._tails.pop(key, None)
+        if previous is not None and replay._holds(previous, key,
+                                                  transitions.episode_step[i] - 1):
+            d["successor"][previous] = position
+        if not (transitions.terminated[i] or transitions.truncated[i]):
+            replay._tails[key] = position
+
+
+def interleaved_batch(rng, n, envs, state):
+    """n transitions of `envs` envs stepping in random turns: episodes end (terminated or
+    truncated) at random, now and then a step goes missing, and now and then an ended
+    episode's id goes on (as a faulty actor's might: it must not be linked across the end)."""
+    episode, step, terminated, truncated = [], [], [], []
+    for _ in range(n):
+        env = int(rng.integers(envs))
+        episode_id, episode_step = state[env]
+        r = rng.random()
+        episode.append(episode_id)
+        step.append(episode_step)
+        terminated.append(r < 0.02)
+        truncated.append(0.02 <= r < 0.04)
+        if r < 0.04 and rng.random() < 0.8:
+            state[env] = (state["next"], 0)
+            state["next"] += 1
+        else:
+            state[env] = (episode_id, episode_step + (2 if rng.random() < 0.01 else 1))
+    obs = rng.standard_normal((n, 1)).astype(np.float32)
+    return Transitions(
+        observation=obs, action=np.zeros(n, np.int64), deterministic_action=np.zeros(n, np.int64),
+        reward=rng.standard_normal(n).astype(np.float32), next_observation=obs,
+        terminated=np.asarray(terminated), truncated=np.asarray(truncated),
+        episode_id=np.asarray(episode, np.int64), episode_step=np.asarray(step, np.int64),
+    )
+
+
+@pytest.mark.parametrize("capacity", [37, 500, 20_000])
+def test_insert_links_like_one_transition_at_a_time(capacity):
+    rng = np.random.default_rng(capacity)
+    replay = Replay(capacity, (1,), (), "int64", GAMMA, nstep=3)
+    reference = Replay(capacity, (1,), (), "int64", GAMMA, nstep=3)
+    states = {actor: {**{env: (env, 0) for env in range(6)}, "next": 6} for actor in (1, 2)}
+    for i in range(300):
+        actor = 1 + i % 2
+        transitions = interleaved_batch(rng, int(rng.integers(1, min(capacity, 300))), 6,
+                                        states[actor])
+        replay.insert(actor, transitions)
+        link_one_by_one(reference, actor, transitions)
+        assert replay._tails == reference._tails
+        for name in ("successor", "episode_id", "episode_step", "actor_key"):
+            np.testing.assert_array_equal(replay.data[name], reference.data[name])
+        assert (replay.start, replay.size) == (reference.start, reference.size)

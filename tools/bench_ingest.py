@@ -2,13 +2,15 @@
 
     python tools/bench_ingest.py [--batch-transitions 1000 64] [--paced 100000 10000]
                                  [--actors 4] [--window 8] [--seconds 5] [--rounds 3]
+                                 [--streamer-cpus CPU...]
 
 The learner side is built in this process the way edge_rl.train.Training builds it: a TD3
 Learner for HalfCheetah-v5 with its default config, a Replay, an Ingest whose ReplayLog lives
 in a temp dir, and a LearnerService served by start_server on 127.0.0.1. --actors streamer
-processes (fresh interpreters that import only edge_rl.device) say Hello and then insert valid
-HalfCheetah-sized batches (obs 17 floats, action 6 floats; random finite data, increasing
-seq, 1000-step episodes) as fast as acks come back, with --window inserts in flight each.
+processes (tools/ingest_streamer.py: fresh interpreters that import only edge_rl.device) say
+Hello and then insert valid HalfCheetah-sized batches (obs 17 floats, action 6 floats; random
+finite data, increasing seq, 1000-step episodes) as fast as acks come back, with --window
+inserts in flight each.
 
 Measured side by side, in --rounds rounds of every phase (--seconds each; medians reported,
 so that other load on the machine falls on every phase alike):
@@ -21,7 +23,12 @@ so that other load on the machine falls on every phase alike):
      updates, let acks go) while the streamers stream: updates/s, transitions/s, and the
      learner's loss against the learner-alone run just before it;
   4. both, with the streamers paced to --paced total transitions/s (a fleet slower than
-     the link), at --paced-batch.
+     the link), at --paced-batch;
+  5. gRPC alone, paced like 4: the same streamers send the same Inserts, at the same pace,
+     to a second gRPC server in this process whose Insert acks at once and does nothing
+     else, while the learner trains. On two cores the streamers run on the learner's
+     machine; this phase measures what the transport and the streamers cost the learner, so
+     that 4 minus 5 is what edge-rl's ingest code adds.
 Every phase also reports where the CPU went (learner loop, Insert's own code, grpcio's Python
 around it, the fsync thread, the process's other threads, the streamer processes, and the
 rest of the machine); a last table times the Insert handler's stages on one batch.
@@ -34,7 +41,6 @@ import json
 import logging
 import math
 import os
-import queue
 import subprocess
 import sys
 import tempfile
@@ -46,12 +52,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from bench_common import cpu_model, table  # tools/, on the path as the script's folder
+from ingest_streamer import ACTION_DIM, OBS_DIM, BatchMaker, synthetic_transitions
 
-# Only edge_rl.device at module level: the streamers run this file too and must not pay for
-# (or compete with) TensorFlow. The learner side imports its pieces in build_learner_side.
 from edge_rl.device import wire_pb2
-from edge_rl.device.client import LearnerClient
-from edge_rl.device.wire import PROTOCOL_VERSION, Transitions, to_tensor
 
 if TYPE_CHECKING:  # names for the type hints only
     import grpc
@@ -64,8 +68,7 @@ if TYPE_CHECKING:  # names for the type hints only
 log = logging.getLogger("bench_ingest")
 
 ENV_ID = "HalfCheetah-v5"
-OBS_DIM, ACTION_DIM = 17, 6  # HalfCheetah-v5's observation and action sizes
-EPISODE_STEPS = 1000  # HalfCheetah's time limit: every episode is truncated at step 999
+STREAMER = Path(__file__).resolve().parent / "ingest_streamer.py"
 PREFILL = 50_000  # transitions in replay before the learner is timed
 UPDATES_PER_CHUNK = 50  # edge_rl.train.UPDATES_PER_CHUNK: updates between looks at the queue
 TICK = os.sysconf("SC_CLK_TCK")
@@ -88,145 +91,12 @@ def parse_args() -> argparse.Namespace:
                         help="transitions per batch in the paced phases (default: the first "
                              "--batch-transitions)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--streamer-cpus", type=int, nargs="+", metavar="CPU",
+                        help="pin the streamers to these CPUs (on a machine with cores to "
+                             "spare, with the learner pinned elsewhere by taskset, this stands "
+                             "in for actors on other machines)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    # The streamers' side: this file, started again by the benchmark with these.
-    parser.add_argument("--stream", metavar="ADDRESS", help=argparse.SUPPRESS)
-    parser.add_argument("--actor-id", help=argparse.SUPPRESS)
-    parser.add_argument("--incarnation", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--rate", type=float, default=0.0, help=argparse.SUPPRESS)
     return parser.parse_args()
-
-
-# -- synthetic HalfCheetah batches -----------------------------------------------------------------
-
-
-def synthetic_transitions(n: int, first: int, rng: np.random.Generator) -> Transitions:
-    """n random HalfCheetah transitions from global step `first` on (1000-step episodes)."""
-    index = first + np.arange(n)
-    action = rng.uniform(-1, 1, (n, ACTION_DIM)).astype(np.float32)
-    return Transitions(
-        observation=rng.standard_normal((n, OBS_DIM), np.float32),
-        action=action,
-        deterministic_action=np.clip(action * 0.9, -1, 1),
-        reward=rng.standard_normal(n, np.float32),
-        next_observation=rng.standard_normal((n, OBS_DIM), np.float32),
-        terminated=np.zeros(n, bool),
-        truncated=index % EPISODE_STEPS == EPISODE_STEPS - 1,
-        episode_id=index // EPISODE_STEPS,
-        episode_step=index % EPISODE_STEPS,
-    )
-
-
-class BatchMaker:
-    """Serialized TrajectoryBatches that differ only where a real actor's would.
-
-    Protobuf parses concatenated messages as one merged message, so the bulky fields (the
-    observations, actions, rewards) are serialized once and each batch only serializes its
-    header and its episode bookkeeping (a few hundred bytes) in front of them: a streamer's
-    CPU goes to gRPC, as a real actor's would, not to re-encoding the same random numbers."""
-
-    def __init__(self, n: int, run_id: str, actor_id: str, incarnation: int, seed: int):
-        self.n, self.run_id, self.actor_id, self.incarnation = n, run_id, actor_id, incarnation
-        t = synthetic_transitions(n, 0, np.random.default_rng(seed))
-        self.body = wire_pb2.TrajectoryBatch(
-            observation=to_tensor(t.observation),
-            next_observation=to_tensor(t.next_observation),
-            action=to_tensor(t.action),
-            deterministic_action=to_tensor(t.deterministic_action),
-            reward=to_tensor(t.reward),
-            terminated=to_tensor(t.terminated.astype(np.uint8)),
-        ).SerializeToString()
-
-    def batch(self, seq: int) -> bytes:
-        index = seq * self.n + np.arange(self.n)  # seq-th batch of this incarnation
-        step = index % EPISODE_STEPS
-        head = wire_pb2.TrajectoryBatch(
-            protocol_version=PROTOCOL_VERSION,
-            run_id=self.run_id,
-            actor_id=self.actor_id,
-            incarnation=self.incarnation,
-            seq=seq,
-            policy_version=0,
-            truncated=to_tensor((step == EPISODE_STEPS - 1).astype(np.uint8)),
-            episode_id=to_tensor(index // EPISODE_STEPS),
-            episode_step=to_tensor(step),
-            env_steps=int(index[-1]) + 1,
-        )
-        return head.SerializeToString() + self.body
-
-
-# -- a streamer process --------------------------------------------------------------------------
-
-
-@dataclass
-class Tally:
-    """A streamer's count of the inserts that came back."""
-
-    batch: int  # transitions per batch
-    end: float  # acks after this time are not counted
-    acked: int = 0  # transitions acked by `end`
-    latencies: list[float] = field(default_factory=list)  # seconds from send to ack
-    error: str = ""  # the first failed insert's status
-
-    def add(self, sent: float, future, finished: float) -> None:
-        if future.exception() is not None:
-            self.error = self.error or f"{future.code().name}: {future.details()}"
-        elif finished <= self.end:
-            self.acked += self.batch
-            self.latencies.append(finished - sent)
-
-
-def stream(args: argparse.Namespace) -> None:
-    """One streamer: Hello, wait for the start time on stdin, insert with --window in flight
-    until the end time, report on stdout as one JSON line."""
-    client = LearnerClient(args.stream, actor_id=args.actor_id, incarnation=args.incarnation,
-                           runtime="bench_ingest streamer")
-    hello = client.hello_once(timeout=30.0)
-    (n,) = args.batch_transitions
-    maker = BatchMaker(n, hello.run_id, args.actor_id, args.incarnation,
-                       args.seed + args.incarnation)
-    print(json.dumps({"ready": True}), flush=True)
-    times = json.loads(sys.stdin.readline())
-    start, end = times["start"], times["end"]
-    tally = Tally(n, end)
-    # Acks arrive on gRPC's threads; each hands its finished future to this loop, which keeps
-    # the window full (or the pace) and does the counting.
-    done: queue.SimpleQueue = queue.SimpleQueue()
-    seq, sent, in_flight = hello.next_seq, 0, 0
-
-    time.sleep(max(0.0, start - time.time()))
-    cpu_start, cpu_end = time.process_time(), None
-    while True:
-        now = time.time()
-        can_send = not tally.error and now < end and in_flight < args.window
-        # paced: batch k leaves no earlier than start + k * n / rate
-        due = start + sent * n / args.rate if args.rate > 0 else now
-        if can_send and due <= now:
-            future = client.insert(maker.batch(seq))
-            future.add_done_callback(lambda f, t=now: done.put((t, f, time.time())))
-            seq, sent, in_flight = seq + 1, sent + 1, in_flight + 1
-            continue
-        if now >= end and cpu_end is None:
-            cpu_end = time.process_time()
-        if in_flight == 0 and not can_send:
-            break
-        try:
-            item = done.get(timeout=min(due, end) - now if can_send else None)
-        except queue.Empty:
-            continue
-        in_flight -= 1
-        tally.add(*item)
-    client.close()
-    latencies = np.array(tally.latencies or [math.nan]) * 1000
-    print(json.dumps({
-        "acked_transitions": tally.acked,
-        "sent_batches": sent,
-        "cpu_seconds": (cpu_end or time.process_time()) - cpu_start,
-        "ack_latency_ms_p50": float(np.median(latencies)),
-        "ack_latency_ms_p99": float(np.percentile(latencies, 99)),
-        "error": tally.error,
-        "tensorflow_imported": "tensorflow" in sys.modules,
-    }), flush=True)
 
 
 # -- the learner side ----------------------------------------------------------------------------
@@ -265,6 +135,8 @@ class LearnerSide:
     server: grpc.Server
     port: int
     insert: TimedInsert
+    noop_server: grpc.Server  # phase 5's: its Insert acks at once
+    noop_port: int
     tmp: tempfile.TemporaryDirectory
 
 
@@ -305,7 +177,29 @@ def build_learner_side(args: argparse.Namespace) -> LearnerSide:
     server, port = start_server(
         service, 0, max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
     )
-    return LearnerSide(config, learner, replay, ingest, server, port, insert, tmp)
+    noop_server, noop_port = start_noop_server()
+    return LearnerSide(config, learner, replay, ingest, server, port, insert, noop_server,
+                       noop_port, tmp)
+
+
+def start_noop_server() -> tuple[grpc.Server, int]:
+    """A gRPC server with the learner service's Insert (raw bytes in, as LearnerService takes
+    them; an empty reply out) that does nothing else: phase 5's transport on its own."""
+    from concurrent import futures
+
+    import grpc
+
+    from edge_rl.server import SERVER_OPTIONS, SERVICE
+
+    empty = wire_pb2.InsertReply().SerializeToString()
+    handler = grpc.method_handlers_generic_handler(SERVICE, {
+        "Insert": grpc.unary_unary_rpc_method_handler(lambda raw, context: empty),
+    })
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="noop"),
+                         handlers=[handler], options=SERVER_OPTIONS)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
 
 
 # -- CPU accounting ------------------------------------------------------------------------------
@@ -338,7 +232,7 @@ def thread_groups() -> dict[int, str]:
     TensorFlow's own C++ threads."""
     groups = {threading.main_thread().native_id: "learner loop"}
     for thread in threading.enumerate():
-        if thread.name.startswith("grpc"):  # start_server's ThreadPoolExecutor
+        if thread.name.startswith(("grpc", "noop")):  # the servers' ThreadPoolExecutors
             groups[thread.native_id] = "Insert handlers"
         elif thread.name == "replay-log-sync":
             groups[thread.native_id] = "fsync thread"
@@ -368,6 +262,7 @@ class Phase:
     batch: int = 0  # transitions per batch (0: no streamers)
     train: bool = False
     rate: float = 0.0  # total transitions/s the streamers are paced to (0: as fast as acked)
+    noop: bool = False  # the streamers insert into the no-op server (phase 5)
     rounds: list[dict] = field(default_factory=list)  # summarize's result, one per round
 
     def median(self, key: str) -> float:
@@ -430,17 +325,21 @@ class Loop:
         return (u1 - u0) / (t1 - t0)
 
 
-def start_streamers(args: argparse.Namespace, port: int, phase: Phase,
+def start_streamers(args: argparse.Namespace, side: LearnerSide, phase: Phase,
                     incarnation: int) -> list[subprocess.Popen]:
     """Spawn --actors streamers (fresh interpreters, never fork: this process holds TF and
     gRPC threads) and wait until each has said Hello."""
     per_actor_rate = phase.rate / args.actors if phase.rate else 0.0
     procs = []
     for i in range(args.actors):
-        command = [sys.executable, __file__, "--stream", f"127.0.0.1:{port}",
+        command = [sys.executable, str(STREAMER), "--learner", f"127.0.0.1:{side.port}",
                    "--actor-id", f"streamer-{i}", "--incarnation", str(incarnation),
                    "--batch-transitions", str(phase.batch), "--window", str(args.window),
                    "--rate", str(per_actor_rate), "--seed", str(args.seed + i)]
+        if phase.noop:
+            command += ["--insert-to", f"127.0.0.1:{side.noop_port}"]
+        if args.streamer_cpus:
+            command += ["--cpus", *map(str, args.streamer_cpus)]
         procs.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True))
     for proc in procs:
@@ -453,7 +352,7 @@ def start_streamers(args: argparse.Namespace, port: int, phase: Phase,
 def run_phase(args: argparse.Namespace, loop: Loop, phase: Phase, incarnation: int) -> None:
     """Run one round of a phase for --seconds; its figures go to phase.rounds."""
     log.info("phase: %s", phase.name)
-    procs = start_streamers(args, loop.side.port, phase, incarnation) if phase.batch else []
+    procs = start_streamers(args, loop.side, phase, incarnation) if phase.batch else []
     start = time.time() + 0.5
     end = start + args.seconds
     for proc in procs:
@@ -567,11 +466,6 @@ def time_stages(side: LearnerSide, n: int, repeats: int) -> dict[str, float]:
 # -- the report ----------------------------------------------------------------------------------
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
 def learner_loss(phase: Phase) -> list[float]:
     """The learner's loss in each round against the learner-alone run just before it."""
     return [1 - r["updates_per_s"] / r["alone_updates_per_s"] for r in phase.rounds]
@@ -597,9 +491,10 @@ def report(args: argparse.Namespace, phases: list[Phase], stages: dict[int, dict
             f"{p.median('transitions_per_s'):,.0f}" if streams else "-",
             f"{p.median('updates_per_s'):.0f}" if p.train else "-",
             loss,
-            f"{p.median('inserts_per_s'):,.0f}" if streams else "-",
-            f"{p.median('fsyncs_per_s'):.0f}" if streams else "-",
-            f"{p.median('log_mb_per_s'):.1f}" if streams else "-",
+            # the no-op Insert counts no calls and writes no log
+            f"{p.median('inserts_per_s'):,.0f}" if streams and not p.noop else "-",
+            f"{p.median('fsyncs_per_s'):.0f}" if streams and not p.noop else "-",
+            f"{p.median('log_mb_per_s'):.1f}" if streams and not p.noop else "-",
             f"{p.median('ack_ms_p50'):.0f} / {p.median('ack_ms_p99'):.0f}" if streams else "-",
         ])
     print(table(["phase", "transitions/s durable (acked)", "updates/s",
@@ -618,19 +513,8 @@ def report(args: argparse.Namespace, phases: list[Phase], stages: dict[int, dict
     print(table(["stage"] + [f"batch of {n}" for n in sizes], rows))
 
 
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main() -> None:
     args = parse_args()
-    if args.stream:
-        stream(args)
-        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     began = time.perf_counter()
     log.info("building the learner (TensorFlow import, TD3, %d-transition replay)", PREFILL)
@@ -648,7 +532,9 @@ def main() -> None:
     for rate in args.paced:
         n = args.paced_batch or args.batch_transitions[0]
         schedule += [alone, Phase(f"both, paced to {rate:,.0f}/s, batches of {n}", batch=n,
-                                  train=True, rate=rate)]
+                                  train=True, rate=rate),
+                     alone, Phase(f"gRPC alone (no-op Insert), paced to {rate:,.0f}/s, "
+                                  f"batches of {n}", batch=n, train=True, rate=rate, noop=True)]
     incarnation = 0  # each run's streamers are new actor incarnations
     for round_ in range(args.rounds):
         log.info("round %d of %d", round_ + 1, args.rounds)
@@ -662,6 +548,7 @@ def main() -> None:
               for n in args.batch_transitions}
     side.ingest.exchange.stopping.set()
     side.server.stop(grace=1.0)
+    side.noop_server.stop(grace=1.0)
     side.ingest.close()
     side.tmp.cleanup()
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(),

@@ -47,6 +47,7 @@ import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before anything imports 
 from edge_rl.tf_setup import tf
 
 # isort: split
+from bench_common import cpu_model, table  # tools/, on the path as the script's folder
 from tf_agents.policies import actor_policy, py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
@@ -438,22 +439,6 @@ def bench_training(args, algo: str, env_id: str) -> dict:
 
 
 # -- report ---------------------------------------------------------------------------------------
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def report(args, r: dict) -> None:
