@@ -22,6 +22,7 @@ import time
 import grpc
 import numpy as np
 
+from edge_rl.device.accounting import DEFAULT_CPU_WATTS, ProcessEnergy, TimeSplit
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.link import Link
@@ -29,7 +30,7 @@ from edge_rl.device.policy import Policy
 from edge_rl.device.rollout import Rollout
 from edge_rl.device.runtime import load_runtime
 from edge_rl.device.spool import Spool
-from edge_rl.device.wire import Transitions, encode_batch
+from edge_rl.device.wire import BatchCosts, Transitions, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ class OfflinePace:
 class Actor:
     """Acts in `num_envs` env copies and streams transitions to a learner until told to stop."""
 
-    def __init__(self, client: LearnerClient, spool: Spool, max_steps: int | None = None):
+    def __init__(self, client: LearnerClient, spool: Spool, max_steps: int | None = None,
+                 energy: ProcessEnergy | None = None):
         self.client = client
         self.spool = spool
         self.max_steps = max_steps
@@ -122,6 +124,8 @@ class Actor:
         self.stop_event = threading.Event()
         self.env_steps = 0
         self.pace = OfflinePace()
+        self.split = TimeSplit()  # inference / env / transport, reported with each batch
+        self.energy = energy  # None: this process's energy is counted by its learner
 
     def _first_policy(self) -> Policy:
         """Wait for the learner's first policy: there is nothing to act with before it."""
@@ -161,6 +165,11 @@ class Actor:
                 log.info("the learner is finishing; actor stops")
                 self.stop_event.set()
 
+    def _costs(self) -> BatchCosts:
+        joules, cpu_seconds = self.energy.take() if self.energy else (0.0, 0.0)
+        return BatchCosts(joules, cpu_seconds, self.energy.method if self.energy else "",
+                          self.split.take())
+
     def _send(self, transitions: Transitions, version: int, returns: list[float]) -> None:
         seq = self.spool.next_seq()
         self.spool.add(seq, encode_batch(
@@ -172,6 +181,7 @@ class Actor:
             policy_version=version,
             episode_returns=returns,
             env_steps=self.env_steps,
+            costs=self._costs(),
         ))
 
     def run(self) -> None:
@@ -197,19 +207,22 @@ class Actor:
                 # The newest policy the puller has: swapping is one reference assignment in
                 # the puller's thread, so acting never waits for a download.
                 policy = puller.latest
-                outputs = policy.outputs(rollout.obs)
-                actions, deterministic = explorer(outputs, policy.greedy(outputs))
-                batches = rollout.step(actions, deterministic)
+                with self.split.part("inference"):
+                    outputs = policy.outputs(rollout.obs)
+                    actions, deterministic = explorer(outputs, policy.greedy(outputs))
+                with self.split.part("env"):
+                    batches = rollout.step(actions, deterministic)
                 self.env_steps = rollout.env_steps
-                for batch in batches:
-                    self._send(batch, policy.version, rollout.take_returns())
-                    link.wake()
-                    if hello.lockstep:  # each ack, and the policy it names, before acting on
-                        link.wait_for_room(limit=1)
-                        puller.fetch_now()
-                if batches:
-                    link.wait_for_room()
-                self.pace.hold(link.connected, self.env_steps)
+                with self.split.part("transport"):
+                    for batch in batches:
+                        self._send(batch, policy.version, rollout.take_returns())
+                        link.wake()
+                        if hello.lockstep:  # each ack, and the policy it names, before acting
+                            link.wait_for_room(limit=1)
+                            puller.fetch_now()
+                    if batches:
+                        link.wait_for_room()
+                    self.pace.hold(link.connected, self.env_steps)
         finally:
             self.stop_event.set()
             link.stop()
@@ -252,8 +265,11 @@ def run_actor(
     token: str | None = None,
     tls_ca: str | None = None,
     max_steps: int | None = None,
+    cpu_watts: float | None = DEFAULT_CPU_WATTS,
 ) -> None:
-    """Join the learner at `learner` (HOST:PORT) and act until it says stop."""
+    """Join the learner at `learner` (HOST:PORT) and act until it says stop. With `cpu_watts`
+    the actor reports its CPU seconds and their energy at that power per core with each
+    batch; None reports none (a local actor, whose learner counts its CPU itself)."""
     box = Spool(spool, int(spool_max_mb * 1e6))
     if actor_id is None:
         # an on-disk spool keeps its actor's id over restarts; a memory spool is per process
@@ -264,6 +280,7 @@ def run_actor(
     box.claim(actor_id)
     client = LearnerClient(learner, actor_id, time.time_ns(), token=token, tls_ca=tls_ca)
     try:
-        Actor(client, box, max_steps=max_steps).run()
+        energy = ProcessEnergy(cpu_watts) if cpu_watts is not None else None
+        Actor(client, box, max_steps=max_steps, energy=energy).run()
     finally:
         client.close()

@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from edge_rl.device import wire_pb2
+from edge_rl.device.accounting import ACTOR_PARTS
 
 PROTOCOL_VERSION = 1
 POLICY_CHUNK_BYTES = 1 << 20  # 1 MiB: well under gRPC's default 4 MB message limit
@@ -78,9 +79,17 @@ def encode_batch(
     policy_version: int,
     episode_returns: Iterable[float] = (),
     env_steps: int = 0,
+    costs: BatchCosts | None = None,
 ) -> bytes:
     t = transitions
+    extra = {}
+    if costs is not None:
+        if costs.energy_method:
+            extra["energy"] = wire_pb2.EnergyReport(
+                joules=costs.joules, cpu_seconds=costs.cpu_seconds, method=costs.energy_method)
+        extra["times"] = wire_pb2.ActorTimes(**costs.times)
     return wire_pb2.TrajectoryBatch(
+        **extra,
         protocol_version=PROTOCOL_VERSION,
         run_id=run_id,
         actor_id=actor_id,
@@ -111,6 +120,44 @@ def decode_batch(data: bytes) -> wire_pb2.TrajectoryBatch:
     except Exception:  # protobuf raises DecodeError, or RuntimeWarning-derived errors
         raise BatchError("batch bytes are not a TrajectoryBatch") from None
     return batch
+
+
+@dataclass
+class BatchCosts:
+    """What producing a batch cost its actor since the previous one: energy (when measured)
+    and seconds per part of the actor's loop."""
+
+    joules: float = 0.0
+    cpu_seconds: float = 0.0
+    energy_method: str = ""  # "" when the actor did not measure energy
+    times: dict[str, float] = field(default_factory=dict)  # ActorTimes' fields
+
+
+MAX_BATCH_SECONDS = 86_400.0  # a day between two batches of one actor is already odd
+MAX_BATCH_JOULES = 1e9
+
+
+def batch_costs(batch: wire_pb2.TrajectoryBatch) -> BatchCosts:
+    """A batch's energy report and loop times, checked: an actor's numbers are added to the
+    run's totals, so they must be finite, not negative and not absurd."""
+    values = {
+        "energy.joules": (batch.energy.joules, MAX_BATCH_JOULES),
+        "energy.cpu_seconds": (batch.energy.cpu_seconds, MAX_BATCH_SECONDS),
+        **{f"times.{part}": (getattr(batch.times, part), MAX_BATCH_SECONDS)
+           for part in ACTOR_PARTS},
+    }
+    for name, (value, limit) in values.items():
+        if not (math.isfinite(value) and 0.0 <= value <= limit):
+            raise BatchError(f"{name}: {value!r} is not in [0, {limit:g}]")
+    if len(batch.energy.method) > 64:
+        raise BatchError("energy.method: over 64 characters")
+    return BatchCosts(
+        joules=batch.energy.joules,
+        cpu_seconds=batch.energy.cpu_seconds,
+        energy_method=batch.energy.method if batch.HasField("energy") else "",
+        times={part: getattr(batch.times, part) for part in ACTOR_PARTS}
+        if batch.HasField("times") else {},
+    )
 
 
 def validate_batch(

@@ -14,6 +14,7 @@ import click
 from tqdm import tqdm
 
 from edge_rl.config import PRECISIONS, TrainConfig
+from edge_rl.device.accounting import DEFAULT_CPU_WATTS
 from edge_rl.device.errors import UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
@@ -122,6 +123,14 @@ RUN_OPTIONS = [
                  help="Policy distance above which replay shrinks.  [default: 0.2]"),
     click.option("--buffer-min", type=int,
                  help="Replay never shrinks below this.  [default: --replay-capacity / 10]"),
+    click.option("--carbon/--no-carbon", default=None,
+                 help="Measure the run's energy and CO2.  [default: on]"),
+    click.option("--country",
+                 help="ISO 3166 alpha-3 code (FRA, USA, ...) of the grid whose carbon "
+                      "intensity applies.  [default: the world average]"),
+    click.option("--cpu-watts", type=float,
+                 help="Power per busy core where no power counter measures it.  "
+                      f"[default: {DEFAULT_CPU_WATTS:g}]"),
 ]
 RESUME_OPTION = click.option("--resume", is_flag=True,
                              help="Continue the run in --out from its last checkpoint.")
@@ -255,21 +264,28 @@ def eval_command(policy_file: str, env: str | None, episodes: int, seed: int,
 @click.option("--actor-id", default=None,
               help="Stable id of this actor.  [default: the spool's, else hostname-pid]")
 @click.option("--max-steps", type=int, help="Stop after this many env steps.")
+@click.option("--cpu-watts", type=float, default=DEFAULT_CPU_WATTS, show_default=True,
+              help="Power per busy core for the energy this actor reports with its batches "
+                   "(its CPU seconds times this; a Raspberry Pi 4 core is ~1.5 W).")
 @click.option("--parent-pid", type=int, hidden=True)
 def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str | None,
           spool_max_mb: float, actor_id: str | None, max_steps: int | None,
-          parent_pid: int | None) -> None:
+          cpu_watts: float, parent_pid: int | None) -> None:
     """Run one actor against a learner (device runtime only, no TensorFlow)."""
     from edge_rl.device.actor import die_with_parent, run_actor
     from edge_rl.device.client import read_token
 
     if spool_max_mb <= 0:
         raise UserError("--spool-max-mb must be positive")
+    if cpu_watts < 0:
+        raise UserError("--cpu-watts must not be negative")
     if parent_pid is not None:
         die_with_parent(parent_pid)
     try:
+        # A local actor's CPU is its learner's child's: the learner counts it, not the actor.
         run_actor(learner, actor_id, spool=spool, spool_max_mb=spool_max_mb,
-                  token=read_token(token_file), tls_ca=tls_ca, max_steps=max_steps)
+                  token=read_token(token_file), tls_ca=tls_ca, max_steps=max_steps,
+                  cpu_watts=None if parent_pid is not None else cpu_watts)
     except KeyboardInterrupt:
         pass
 

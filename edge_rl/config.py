@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge_rl.device.accounting import DEFAULT_CPU_WATTS
 from edge_rl.device.errors import UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
@@ -97,6 +99,11 @@ class TrainConfig:
     buffer_threshold: float = 0.2  # policy distance above which the oldest 10% go
     buffer_min: int | None = None  # None: replay_capacity // 10
 
+    # energy and carbon (see edge_rl.energy)
+    carbon: bool = True  # measure the run's energy and CO2 (--no-carbon: off)
+    country: str | None = None  # ISO 3166 alpha-3 code of the grid; None: the world average
+    cpu_watts: float = DEFAULT_CPU_WATTS  # per busy core, where no power counter measures it
+
     # algorithm-specific settings (epsilon schedule, noise, target updates, ...)
     algo_options: dict[str, Any] = field(default_factory=dict)
 
@@ -157,6 +164,8 @@ class TrainConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
         if self.buffer_threshold < 0:
             raise UserError("--buffer-threshold must not be negative")
+        if not (math.isfinite(self.cpu_watts) and self.cpu_watts >= 0):
+            raise UserError("--cpu-watts must be a number >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

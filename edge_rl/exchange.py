@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from edge_rl.device.wire import Transitions
+from edge_rl.device.wire import BatchCosts, Transitions
 from edge_rl.replay_log import Position, ReplayLog
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class PendingBatch:
     episode_returns: list[float]
     actor_env_steps: int
     policy_version: int = 0  # of the policy that acted
+    costs: BatchCosts = field(default_factory=BatchCosts)  # the actor's energy and times
     log_position: Position = (0, 0)  # end of its record in the replay log
     acked: threading.Event = field(default_factory=threading.Event)
 

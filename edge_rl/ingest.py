@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import queue
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from edge_rl.device import wire_pb2
-from edge_rl.device.wire import validate_batch
+from edge_rl.device.wire import BatchCosts, batch_costs, validate_batch
 from edge_rl.exchange import Exchange, Ledger, PendingBatch, replay_key
 from edge_rl.replay import Replay
 from edge_rl.replay_log import Position, ReplayLog, read_records
@@ -34,9 +35,10 @@ class Ingest:
         self.position: Position = tuple(position)  # end of the newest record in replay
         self.held: deque[PendingBatch] = deque()
 
-    def recover(self, observation_shape: tuple[int, ...], action: dict) -> tuple[int, int]:
-        """Insert the log's records after `position` (a restart's missing tail); returns
-        (batches, transitions) put back."""
+    def recover(self, observation_shape: tuple[int, ...], action: dict,
+                account: Callable[[str, BatchCosts], None]) -> tuple[int, int]:
+        """Insert the log's records after `position` (a restart's missing tail), telling
+        `account` each one's (actor id, costs); returns (batches, transitions) put back."""
         batches = transitions = 0
         ledger = self.exchange.ledger
         for end, payload in read_records(self.log.folder, self.position):
@@ -44,6 +46,7 @@ class Ingest:
             try:
                 batch.ParseFromString(payload)
                 arrays = validate_batch(batch, observation_shape, action)
+                costs = batch_costs(batch)
             except Exception as err:  # accepted once, so this is disk damage
                 log.error("replay log record ending at %s is unreadable (%s); skipped", end, err)
                 continue
@@ -52,6 +55,7 @@ class Ingest:
                 continue
             self.replay.insert(replay_key(batch.actor_id, batch.incarnation), arrays)
             ledger.add(batch.actor_id, batch.seq)
+            account(batch.actor_id, costs)
             if not self.exchange.known(batch.actor_id):
                 self.exchange.hello(batch.actor_id, batch.incarnation, "", "")
                 self.exchange.actors[batch.actor_id].gone = True

@@ -35,6 +35,7 @@ class RunState:
     ledger: dict[str, Any] = field(default_factory=dict)  # (actor id, seq) ranges in replay
     actors: dict[str, int] = field(default_factory=dict)  # actor id -> index
     log_position: Position = (0, 0)  # the replay is as of this replay-log position
+    costs: dict[str, Any] = field(default_factory=dict)  # edge_rl.costs.RunCosts.state()
 
 
 def save_checkpoint(run_dir: Path, state: RunState, learner, replay) -> Position:

@@ -33,6 +33,7 @@ from edge_rl.device.wire import (
     PROTOCOL_VERSION,
     BatchError,
     BatchTooLarge,
+    batch_costs,
     decode_batch,
     policy_chunks,
     validate_batch,
@@ -146,11 +147,13 @@ class LearnerService:
                          f"actor {batch.actor_id[:64]!r} has not said Hello to this learner")
         try:
             transitions = validate_batch(batch, self.run.observation_shape, self.run.action)
+            costs = batch_costs(batch)
         except BatchError as err:
             self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         pending, duplicate = self.exchange.submit(PendingBatch(
             replay_key(batch.actor_id, batch.incarnation), batch.actor_id, batch.seq,
             transitions, list(batch.episode_returns), batch.env_steps, batch.policy_version,
+            costs,
         ), request.batch)
         if pending is not None:
             while not pending.acked.wait(timeout=0.5):

@@ -33,11 +33,13 @@ from edge_rl.best_policy import (
 )
 from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_json
 from edge_rl.config import TrainConfig
+from edge_rl.costs import RunCosts
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import EvalResult, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.device.policy_file import pack_policy
+from edge_rl.device.wire import BatchCosts
 from edge_rl.evolution import Evolution, next_multiple
 from edge_rl.ingest import Ingest
 from edge_rl.local_actors import LocalActors
@@ -72,6 +74,8 @@ class Training:
     def __init__(self, config: TrainConfig, resume: bool = False):
         self.config, self.factory, self.observation_shape, self.action = prepare(config, resume)
         config = self.config
+        # First, so the energy figure includes the start-up (TensorFlow's import, tracing)
+        self.costs = RunCosts(config.carbon, config.country, config.cpu_watts)
         self.run_dir = config.run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config.save(self.run_dir / "config.json")
@@ -97,11 +101,13 @@ class Training:
         self.state = RunState()
         if resume:
             self._restore(latest_checkpoint(self.run_dir / "checkpoints"))
+            self.costs.restore(self.state.costs)
         self.ingest = Ingest(self.run_dir / "replay-log", self.replay, self.state.ledger,
                              self.state.actors, self.state.log_position)
         self.exchange = self.ingest.exchange
         if resume:
-            batches, transitions = self.ingest.recover(self.observation_shape, self.action)
+            batches, transitions = self.ingest.recover(self.observation_shape, self.action,
+                                                       self.account)
             self.state.env_steps += transitions
             log.info("replay log: %d batches (%d transitions) after the checkpoint put back",
                      batches, transitions)
@@ -131,12 +137,13 @@ class Training:
     def publish(self) -> None:
         version = self.state.policy_version + 1
         record_policy_version(self.run_dir, version)
-        model, seconds = self.learner.publish(
-            self.config.actor_precision, self.calibration(), version
-        )
-        if self.config.is_sparse:
-            # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
-            model = pack_policy(model, preset=PUBLISH_XZ_PRESET)
+        with self.costs.learner.part("publishing"):
+            model, seconds = self.learner.publish(
+                self.config.actor_precision, self.calibration(), version
+            )
+            if self.config.is_sparse:
+                # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
+                model = pack_policy(model, preset=PUBLISH_XZ_PRESET)
         self.state.policy_version = version
         self.state.policies_published += 1
         self.exchange.put_policy(version, model)
@@ -150,13 +157,20 @@ class Training:
     def take_batches(self, block: bool) -> int:
         """Move queued batches into replay; returns how many transitions arrived."""
         # lockstep: one batch at a time, so updates and acks follow it exactly
-        taken = self.ingest.take(block, one=self.config.lockstep)
+        with self.costs.learner.part("waiting_for_actors" if block else "ingest"):
+            taken = self.ingest.take(block, one=self.config.lockstep)
         arrived = sum(len(pending.transitions) for pending in taken)
         for pending in taken:
             self.recent_returns.extend(pending.episode_returns)
+            self.account(pending.actor_id, pending.costs)
         self.state.env_steps += arrived
         self.exchange.progress["env_steps"] = self.state.env_steps
         return arrived
+
+    def account(self, actor_id: str, costs: BatchCosts) -> None:
+        """Add an accepted batch's energy report and loop times to the run's."""
+        actor = self.exchange.actors.get(actor_id)
+        self.costs.add_batch(costs, actor.host if actor else "")
 
     def train_chunk(self) -> int:
         """Run up to UPDATES_PER_CHUNK of the updates that are due; returns how many ran."""
@@ -173,8 +187,9 @@ class Training:
                 self.learner.updates - self.last_publish_update
             )
             chunk = max(1, min(count - done, until_publish))
-            batch = self.replay.sample(chunk * self.config.batch_size)
-            self.last_loss = self.learner.train(batch, chunk)
+            with self.costs.learner.part("updates"):
+                batch = self.replay.sample(chunk * self.config.batch_size)
+                self.last_loss = self.learner.train(batch, chunk)
             done += chunk
             if self.first_update is None:  # the clock starts once the graph is traced
                 self.first_update = (time.monotonic(), self.learner.updates)
@@ -191,7 +206,8 @@ class Training:
         """Publish the current weights and evaluate that quantized policy greedily."""
         self.publish()
         policy = Policy(self.exchange.policy[1])
-        result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
+        with self.costs.learner.part("evaluation"):
+            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
         record = {
             **result.as_dict(),
             "env_steps": self.state.env_steps,
@@ -223,7 +239,9 @@ class Training:
         self.state.actors = self.exchange.actor_index()
         self.state.log_position = self.ingest.position
         self.state.wall_seconds = self.elapsed()
-        oldest_needed = save_checkpoint(self.run_dir, self.state, self.learner, self.replay)
+        self.state.costs = self.costs.state()
+        with self.costs.learner.part("checkpoints"):
+            oldest_needed = save_checkpoint(self.run_dir, self.state, self.learner, self.replay)
         self.ingest.log.forget_before(oldest_needed)
         log.info("checkpoint at %d env steps", self.state.env_steps)
 
@@ -257,6 +275,8 @@ class Training:
                 self.tf.summary.scalar("actor/episode_return", float(np.mean(self.recent_returns)))
             if self.last_loss is not None:
                 self.tf.summary.scalar("learner/loss", float(self.last_loss.loss))
+            for name, value in self.costs.scalars().items():
+                self.tf.summary.scalar(name, value)
         self.evolution.log_replay(self.state.env_steps)
         self.writer.flush()
 
@@ -322,7 +342,8 @@ class Training:
                 arrived = self.take_batches(block=not can_update)
                 bar.update(min(arrived, max(0, config.steps - bar.n)))
                 self.train_chunk()
-                self.evolution.step(self.state.env_steps)
+                with self.costs.learner.part("topology"):
+                    self.evolution.step(self.state.env_steps)
                 if self.state.env_steps >= next_eval:
                     next_eval = next_multiple(self.state.env_steps, config.eval_every)
                     result = self.evaluate_now()
@@ -394,9 +415,12 @@ class Training:
         summary = {
             "algo": self.config.algo,
             "env": self.config.env,
+            "seed": self.config.seed,
+            "sparsity": self.config.sparsity,
             "steps": self.state.env_steps,
             "updates": self.learner.updates,
             "wall_clock_seconds": round(self.elapsed(), 2),
+            "actor_steps_per_second": round(self.state.env_steps / max(self.elapsed(), 1e-9), 1),
             "precision": self.config.actor_precision,
             "policies_published": self.state.policies_published,
             "final_return": self.state.last_eval,
@@ -420,7 +444,12 @@ class Training:
                 "replay_log_bytes": self.ingest.log.bytes_written,
                 "replay_log_fsyncs": self.ingest.log.syncs,
             },
+            "time_breakdown": self.costs.time_breakdown(),
         }
+        energy = self.costs.energy()
+        self.costs.stop()
+        if energy is not None:
+            summary["energy"] = energy
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()
         self.ingest.close()

@@ -118,3 +118,13 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
         wire_pb2.TrajectoryBatch.FromString(payload)
         for _, payload in read_records(run / "replay-log"))]
     assert records and len(records) == len(set(records))
+
+    # Remote actors (not the learner's children) report their energy and loop times with
+    # their batches; the learner adds them to its own machine's figure.
+    summary = json.loads((run / "summary.json").read_text())
+    energy = summary["energy"]
+    assert energy["remote_actors_joules"] > 0 and energy["learner_machine_joules"] > 0
+    assert "remote actors: cpu-seconds x 10 W/core" in energy["method"]
+    assert energy["joules"] == pytest.approx(
+        energy["remote_actors_joules"] + energy["learner_machine_joules"], abs=0.2)
+    assert all(summary["time_breakdown"]["actors"][part] > 0 for part in ("inference", "env"))

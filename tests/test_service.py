@@ -15,7 +15,7 @@ from edge_rl.device import wire_pb2, wire_pb2_grpc
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
-from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, encode_batch
+from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, BatchCosts, encode_batch
 from edge_rl.exchange import Exchange, Ledger
 from edge_rl.replay_log import ReplayLog
 from edge_rl.server import LearnerService, RunInfo, start_server
@@ -59,9 +59,9 @@ def insert_raw(port, data):
         )
 
 
-def batch_bytes(seq, run_id="run-1", incarnation=11, actor_id="actor-a", **kw):
+def batch_bytes(seq, run_id="run-1", incarnation=11, actor_id="actor-a", costs=None, **kw):
     return encode_batch(transitions(**kw), run_id=run_id, actor_id=actor_id,
-                        incarnation=incarnation, seq=seq, policy_version=1)
+                        incarnation=incarnation, seq=seq, policy_version=1, costs=costs)
 
 
 def test_hello_gives_run_settings_and_rejects_other_protocol_versions(service):
@@ -86,6 +86,11 @@ def test_bad_batches_get_status_codes_and_the_service_stays_up(service):
         (batch_bytes(0, obs_dim=3), grpc.StatusCode.INVALID_ARGUMENT),
         (batch_bytes(0, run_id="other-run"), grpc.StatusCode.FAILED_PRECONDITION),
         (batch_bytes(0, actor_id="stranger"), grpc.StatusCode.FAILED_PRECONDITION),  # no Hello
+        # an actor's energy and times are added to the run's: nothing negative or non-finite
+        (batch_bytes(0, costs=BatchCosts(joules=-1.0, energy_method="cpu")),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (batch_bytes(0, costs=BatchCosts(times={"env": float("nan")})),
+         grpc.StatusCode.INVALID_ARGUMENT),
     ]
     for data, code in cases:
         with pytest.raises(grpc.RpcError) as info:

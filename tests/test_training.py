@@ -82,8 +82,9 @@ def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_
 
 def test_lockstep_runs_are_reproducible_and_a_saved_config_reruns_them(tmp_path):
     first = train(tmp_path / "a", "--lockstep", "--steps", "2500", "--eval-every", "2000",
-                  "--seed", "3", "--eval-episodes", "5")
+                  "--seed", "3", "--eval-episodes", "5", "--no-carbon")
     second = train(tmp_path / "b", "--config", tmp_path / "a" / "config.json")
+    assert "energy" not in first and "energy" not in second  # --no-carbon, kept in the config
     assert first["final_return"]["mean"] == second["final_return"]["mean"]
     assert first["updates"] == second["updates"]
     policies = [(tmp_path / run / "policy.tflite").read_bytes() for run in "ab"]
@@ -115,6 +116,10 @@ def test_resume_restores_steps_weights_and_policy_version(tmp_path):
     assert second["updates"] > first["updates"]
     assert second["final_return"]["policy_version"] > first["final_return"]["policy_version"]
     assert second["wall_clock_seconds"] > first["wall_clock_seconds"]
+    # energy and time add up over the sessions
+    assert second["energy"]["joules"] > first["energy"]["joules"] > 0
+    assert (second["time_breakdown"]["learner"]["updates"]
+            > first["time_breakdown"]["learner"]["updates"] > 0)
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
