@@ -46,6 +46,7 @@ from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
 from edge_rl.run_state import RunState, load_checkpoint, record_policy_version, save_checkpoint
 from edge_rl.server import LearnerService, RunInfo, start_server
+from edge_rl.summary import run_summary
 
 log = logging.getLogger(__name__)
 
@@ -412,44 +413,8 @@ class Training:
         exported = self.run_dir / "policy.tflite"
         if best.is_file():
             write_bytes(exported, best.read_bytes())
-        summary = {
-            "algo": self.config.algo,
-            "env": self.config.env,
-            "seed": self.config.seed,
-            "sparsity": self.config.sparsity,
-            "steps": self.state.env_steps,
-            "updates": self.learner.updates,
-            "wall_clock_seconds": round(self.elapsed(), 2),
-            "actor_steps_per_second": round(self.state.env_steps / max(self.elapsed(), 1e-9), 1),
-            "precision": self.config.actor_precision,
-            "policies_published": self.state.policies_published,
-            "final_return": self.state.last_eval,
-            "best_return": self.state.best,
-            "policy_file": str(exported) if exported.is_file() else None,
-            "stop_reason": self.stop_reason,
-            "publish_seconds": round(self.publish_seconds, 3),
-            "learner_updates_per_second": self.loop_update_rate,
-            "topology": self.config.topology,
-            "topology_updates": self.state.topology_updates,
-            "networks": self.evolution.network_report(),
-            "replay_capacity": self.replay.capacity,
-            "nstep": self.replay.nstep,
-            "policy_bytes": len(self.exchange.policy[1]) if self.exchange.policy else None,
-            "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}
-                            for e in self.state.evaluations],
-            "ingest": {
-                "batches_per_actor": {a: self.exchange.ledger.count(a)
-                                      for a in self.exchange.actors},
-                "inserts_refused": self.exchange.refused,
-                "replay_log_bytes": self.ingest.log.bytes_written,
-                "replay_log_fsyncs": self.ingest.log.syncs,
-            },
-            "time_breakdown": self.costs.time_breakdown(),
-        }
-        energy = self.costs.energy()
+        summary = run_summary(self, exported if exported.is_file() else None)
         self.costs.stop()
-        if energy is not None:
-            summary["energy"] = energy
         write_json(self.run_dir / "summary.json", summary)
         self.writer.close()
         self.ingest.close()

@@ -1,0 +1,52 @@
+"""summary.json: what a finished run reports (README's run-directory table lists the keys)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_rl.train import Training
+
+
+def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
+    """The run's results and costs, from a Training that has stopped."""
+    seconds = training.elapsed()
+    summary = {
+        "algo": training.config.algo,
+        "env": training.config.env,
+        "seed": training.config.seed,
+        "sparsity": training.config.sparsity,
+        "steps": training.state.env_steps,
+        "updates": training.learner.updates,
+        "wall_clock_seconds": round(seconds, 2),
+        "actor_steps_per_second": round(training.state.env_steps / max(seconds, 1e-9), 1),
+        "precision": training.config.actor_precision,
+        "policies_published": training.state.policies_published,
+        "final_return": training.state.last_eval,
+        "best_return": training.state.best,
+        "policy_file": str(policy_file) if policy_file else None,
+        "stop_reason": training.stop_reason,
+        "publish_seconds": round(training.publish_seconds, 3),
+        "learner_updates_per_second": training.loop_update_rate,
+        "topology": training.config.topology,
+        "topology_updates": training.state.topology_updates,
+        "networks": training.evolution.network_report(),
+        "replay_capacity": training.replay.capacity,
+        "nstep": training.replay.nstep,
+        "policy_bytes": len(training.exchange.policy[1]) if training.exchange.policy else None,
+        "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}
+                        for e in training.state.evaluations],
+        "ingest": {
+            "batches_per_actor": {a: training.exchange.ledger.count(a)
+                                  for a in training.exchange.actors},
+            "inserts_refused": training.exchange.refused,
+            "replay_log_bytes": training.ingest.log.bytes_written,
+            "replay_log_fsyncs": training.ingest.log.syncs,
+        },
+        "time_breakdown": training.costs.time_breakdown(),
+    }
+    energy = training.costs.energy()
+    if energy is not None:
+        summary["energy"] = energy
+    return summary
