@@ -1,0 +1,176 @@
+"""The learner side of tools/bench_ingest.py: what edge_rl.train.Training builds for ingest,
+served on 127.0.0.1, plus the no-op Insert server of the transport-only phase and the timing
+of the Insert handler's stages one batch at a time. Imported by bench_ingest.py only: the
+streamers (tools/ingest_streamer.py) never load TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from ingest_streamer import ACTION_DIM, OBS_DIM, BatchMaker, synthetic_transitions
+
+from edge_rl.device import wire_pb2
+
+if TYPE_CHECKING:  # names for the type hints only
+    import grpc
+
+    from edge_rl.config import TrainConfig
+    from edge_rl.ingest import Ingest
+    from edge_rl.learner import Learner
+    from edge_rl.replay import Replay
+
+ENV_ID = "HalfCheetah-v5"
+PREFILL = 50_000  # transitions in replay before the learner is timed
+
+
+# -- the learner side ----------------------------------------------------------------------------
+
+
+class TimedInsert:
+    """The service's Insert, adding up the CPU time its threads spend inside it (parse,
+    validate, submit, and waking up to check for the ack and the fsync), so the report can
+    tell the handler's own work from gRPC's Python around it."""
+
+    def __init__(self, insert: Callable[[bytes, grpc.ServicerContext], object]):
+        self.insert = insert
+        self.lock = threading.Lock()
+        self.cpu_seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, raw: bytes, context: grpc.ServicerContext) -> object:
+        begin = time.thread_time()
+        try:
+            return self.insert(raw, context)
+        finally:
+            used = time.thread_time() - begin
+            with self.lock:
+                self.cpu_seconds += used
+                self.calls += 1
+
+
+@dataclass
+class LearnerSide:
+    """What edge_rl.train.Training builds, without its actors, evaluations or checkpoints."""
+
+    config: TrainConfig
+    learner: Learner
+    replay: Replay
+    ingest: Ingest
+    server: grpc.Server
+    port: int
+    insert: TimedInsert
+    noop_server: grpc.Server  # phase 5's: its Insert acks at once
+    noop_port: int
+    tmp: tempfile.TemporaryDirectory
+
+
+def build_learner_side(args: argparse.Namespace) -> LearnerSide:
+    """The learner's pieces, serving on 127.0.0.1 (a free port)."""
+    import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow's import)
+    from edge_rl.config import TrainConfig
+    from edge_rl.ingest import Ingest
+    from edge_rl.learner import Learner
+    from edge_rl.replay import Replay
+    from edge_rl.server import LearnerService, RunInfo, start_server
+    from edge_rl.tf_setup import tf
+    from edge_rl.train import prepare
+
+    tmp = tempfile.TemporaryDirectory(prefix="edge-rl-bench-ingest-")
+    config, factory, observation_shape, action = prepare(TrainConfig(
+        env=ENV_ID, algo="td3", seed=args.seed, out=str(Path(tmp.name) / "run"),
+        actors=args.actors, max_in_flight=args.window,
+        batch_transitions=args.batch_transitions[0]))
+    tf.keras.utils.set_random_seed(config.seed)
+    learner = Learner(factory, config, observation_shape, action)
+    replay = Replay(config.replay_capacity, observation_shape, tuple(action["shape"]), "float32",
+                    gamma=config.gamma, nstep=config.nstep, seed=config.seed)
+    rng = np.random.default_rng(args.seed)
+    for first in range(0, PREFILL, 1000):
+        replay.insert(0, synthetic_transitions(1000, first, rng))
+    ingest = Ingest(config.run_dir / "replay-log", replay, {}, {}, (0, 0))
+    run = RunInfo(
+        run_id="bench-ingest", env_id=ENV_ID, algo="td3", observation_shape=observation_shape,
+        action=action, batch_transitions=config.batch_transitions,
+        max_in_flight=config.max_in_flight, lockstep=False, num_envs=1, seed=config.seed,
+        exploration=lambda index: factory.exploration(config, index),
+    )
+    # As Training sizes it: Inserts wait in their threads for acks, so every in-flight batch
+    # of the fleet needs a thread.
+    service = LearnerService(run, ingest.exchange)
+    service.Insert = insert = TimedInsert(service.Insert)  # start_server takes it from here
+    server, port = start_server(
+        service, 0, max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
+    )
+    noop_server, noop_port = start_noop_server()
+    return LearnerSide(config, learner, replay, ingest, server, port, insert, noop_server,
+                       noop_port, tmp)
+
+
+def start_noop_server() -> tuple[grpc.Server, int]:
+    """A gRPC server with the learner service's Insert (raw bytes in, as LearnerService takes
+    them; an empty reply out) that does nothing else: phase 5's transport on its own."""
+    from concurrent import futures
+
+    import grpc
+
+    from edge_rl.server import SERVER_OPTIONS, SERVICE
+
+    empty = wire_pb2.InsertReply().SerializeToString()
+    handler = grpc.method_handlers_generic_handler(SERVICE, {
+        "Insert": grpc.unary_unary_rpc_method_handler(lambda raw, context: empty),
+    })
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="noop"),
+                         handlers=[handler], options=SERVER_OPTIONS)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
+
+
+# -- the Insert handler's stages, one batch at a time ----------------------------------------------
+
+
+def time_stages(side: LearnerSide, n: int, repeats: int) -> dict[str, float]:
+    """Median µs per batch of each step an Insert's batch goes through, in this process
+    with nothing else running (the learner thread's replay insert included)."""
+    from edge_rl.device.wire import decode_batch, validate_batch
+    from edge_rl.replay import Replay
+
+    action = {"kind": "continuous", "shape": [ACTION_DIM]}
+    maker = BatchMaker(n, "bench-ingest", "stages", 0, 0)
+    payloads = [maker.batch(seq) for seq in range(repeats)]
+    requests = [wire_pb2.InsertRequest(batch=p).SerializeToString() for p in payloads]
+    replay = Replay(max(PREFILL, n * repeats), (OBS_DIM,), (ACTION_DIM,), "float32", gamma=0.99)
+    log_ = side.ingest.log
+
+    def median_us(work: Callable[[int], object]) -> float:
+        times = []
+        for i in range(repeats):
+            begin = time.perf_counter()
+            work(i)
+            times.append(time.perf_counter() - begin)
+        return 1e6 * float(np.median(times))
+
+    def parse(i: int) -> bytes:
+        request = wire_pb2.InsertRequest()
+        request.ParseFromString(requests[i])
+        return request.batch
+
+    batches = [decode_batch(p) for p in payloads]
+    transitions = [validate_batch(b, (OBS_DIM,), action) for b in batches]
+    return {
+        "parse InsertRequest": median_us(parse),
+        "decode_batch": median_us(lambda i: decode_batch(payloads[i])),
+        "validate_batch": median_us(
+            lambda i: validate_batch(batches[i], (OBS_DIM,), action)),
+        "replay log append (crc32 + write)": median_us(lambda i: log_.append(payloads[i])),
+        "Replay.insert (learner loop)": median_us(lambda i: replay.insert(1, transitions[i])),
+    }
