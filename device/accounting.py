@@ -18,6 +18,8 @@ from contextlib import contextmanager
 # Raspberry Pi 4 core is nearer 1.5 W: pass --cpu-watts there.
 DEFAULT_CPU_WATTS = 10.0
 ACTOR_PARTS = ("inference", "env", "transport")  # an actor's loop, as its batches report it
+LEARNER_PARTS = ("updates", "publishing", "evaluation", "checkpoints", "ingest",
+                 "waiting_for_actors", "topology")  # the learner's loop (edge_rl.train)
 
 
 def cpu_method(watts_per_core: float) -> str:

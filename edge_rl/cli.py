@@ -291,6 +291,29 @@ def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str |
 
 
 @cli.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--out", "out_dir", type=click.Path(), default="report", show_default=True,
+              help="Folder for report.md and the PNG plots.")
+@click.option("--threshold", type=float,
+              help="Return to time runs to, in every env.  [default: 95% of the best "
+                   "setting's final score, per env]")
+@click.option("--baseline",
+              help="Setting the speed-ups and ratios are against: a run directory or a "
+                   "setting label such as 'td3 fp32 dense'.  [default: the fp32 dense "
+                   "setting of each algorithm]")
+def report(run_dirs: tuple[str, ...], out_dir: str, threshold: float | None,
+           baseline: str | None) -> None:
+    """Compare finished runs: return against time and env steps (PNG) and a markdown table
+    of time to threshold, speed-up, final score, energy, CO2 and where the time went."""
+    from edge_rl.report import build_report
+
+    written = build_report([Path(d) for d in run_dirs], Path(out_dir), threshold=threshold,
+                           baseline=baseline)
+    for path in written:
+        click.echo(str(path))
+
+
+@cli.command()
 @click.argument("learner")
 @click.option("--token-file", type=click.Path(), help="File holding a token the learner accepts.")
 @click.option("--tls-ca", type=click.Path(), help="PEM certificate(s) to trust: talk TLS.")

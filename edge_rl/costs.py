@@ -27,14 +27,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from edge_rl.device.accounting import ACTOR_PARTS, TimeSplit, cpu_method
+from edge_rl.device.accounting import ACTOR_PARTS, LEARNER_PARTS, TimeSplit, cpu_method
 from edge_rl.device.errors import UserError
 from edge_rl.device.wire import BatchCosts
 
 log = logging.getLogger(__name__)
 
-LEARNER_PARTS = ("updates", "publishing", "evaluation", "checkpoints", "ingest",
-                 "waiting_for_actors", "topology")
 JOULES_PER_KWH = 3.6e6
 
 

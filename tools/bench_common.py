@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import platform
 
+from edge_rl.report import markdown_table
+
 
 def table(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    """A markdown table (edge-rl report's), as one string."""
+    return "\n".join(markdown_table(header, rows)).rstrip()
 
 
 def cpu_model() -> str:

@@ -1,0 +1,206 @@
+"""Finished runs read back and compared: settings (env, algorithm, actor precision, sparsity)
+over seeds, time to a return threshold, baselines and means over seeds. `edge_rl.report`
+renders what this computes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_rl.device.errors import UserError
+
+log = logging.getLogger(__name__)
+
+PRECISION_ORDER = {"fp32": 0, "fp16": 1, "int8": 2}  # others sort after these, by name
+THRESHOLD_MARGIN = 0.05  # default threshold: 5% of |best final score| below the best
+
+
+@dataclass
+class Run:
+    """One finished run: where it is, its setting and its summary.json."""
+
+    path: Path
+    env: str
+    algo: str
+    precision: str
+    sparsity: float
+    seed: int | None
+    summary: dict[str, Any]
+
+    @property
+    def evaluations(self) -> list[dict[str, Any]]:
+        return self.summary["evaluations"]
+
+    @property
+    def seed_text(self) -> str:
+        return "?" if self.seed is None else str(self.seed)
+
+    @property
+    def final_score(self) -> float:
+        # final_return is the last evaluation; an interrupted run may not have one
+        mean = (self.summary.get("final_return") or {}).get("mean")
+        return float(self.evaluations[-1]["mean"] if mean is None else mean)
+
+
+@dataclass
+class Setting:
+    """The runs (seeds) of one (env, algo, precision, sparsity)."""
+
+    env: str
+    algo: str
+    precision: str
+    sparsity: float
+    runs: list[Run]
+
+    @property
+    def key(self) -> tuple[str, str, float]:
+        """What names a baseline: the same key is looked up in every env."""
+        return (self.algo, self.precision, self.sparsity)
+
+    @property
+    def name(self) -> str:
+        """'td3 int8 dense' or 'td3 int8 90% sparse': the label the tables use."""
+        sparsity = "dense" if self.sparsity == 0 else f"{round(self.sparsity * 100, 1):g}% sparse"
+        return f"{self.algo} {self.precision} {sparsity}"
+
+    @property
+    def label(self) -> str:
+        """The name with its seeds: 'td3 int8 dense (3 seeds)' or 'td3 int8 dense, seed 0'."""
+        if len(self.runs) > 1:
+            return f"{self.name} ({len(self.runs)} seeds)"
+        return f"{self.name}, seed {self.runs[0].seed_text}"
+
+    def final_scores(self) -> list[float]:
+        return [run.final_score for run in self.runs]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read {path}: {error}") from None
+
+
+def load_run(run_dir: Path) -> Run:
+    """Reads a finished run: summary.json, and config.json for what older summaries lack."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "summary.json").is_file():
+        raise UserError(f"{run_dir} is not a finished run (no summary.json)")
+    summary = _read_json(run_dir / "summary.json")
+    config = _read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {}
+
+    def pick(summary_key: str, config_key: str, default: Any = None) -> Any:
+        value = summary.get(summary_key)
+        return config.get(config_key, default) if value is None else value
+
+    env, algo, seed = pick("env", "env"), pick("algo", "algo"), pick("seed", "seed")
+    if env is None or algo is None:
+        raise UserError(f"{run_dir}: neither summary.json nor config.json names its env and algo")
+    if not summary.get("evaluations"):
+        raise UserError(f"{run_dir} has no evaluations (was --eval-every above --steps?)")
+    return Run(path=run_dir, env=env, algo=algo,
+               precision=str(pick("precision", "actor_precision", "unknown")),
+               sparsity=float(pick("sparsity", "sparsity", 0.0) or 0.0),
+               seed=None if seed is None else int(seed), summary=summary)
+
+
+def group_settings(runs: list[Run]) -> list[Setting]:
+    """Groups runs into settings, sorted by env, algo, precision (fp32 first), sparsity."""
+    settings: dict[tuple, Setting] = {}
+    for run in runs:
+        key = (run.env, run.algo, run.precision, run.sparsity)
+        settings.setdefault(key, Setting(*key, runs=[])).runs.append(run)
+    for setting in settings.values():
+        setting.runs.sort(key=lambda run: (run.seed is None, run.seed or 0, str(run.path)))
+    return sorted(settings.values(), key=lambda s: (
+        s.env, s.algo, PRECISION_ORDER.get(s.precision, len(PRECISION_ORDER)), s.precision,
+        s.sparsity))
+
+
+def time_to_threshold(evaluations: list[dict[str, Any]],
+                      threshold: float) -> tuple[float, int] | None:
+    """(wall seconds, env steps) of the first evaluation whose mean reaches the threshold."""
+    for evaluation in evaluations:
+        if evaluation["mean"] >= threshold:
+            return float(evaluation["wall_seconds"]), int(evaluation["env_steps"])
+    return None
+
+
+def default_threshold(best_final_score: float) -> float:
+    """95% of the best final score, taken of |score| so that a negative best stays reachable."""
+    return best_final_score - THRESHOLD_MARGIN * abs(best_final_score)
+
+
+def resolve_baseline(baseline: str, settings: list[Setting]) -> tuple[str, str, float]:
+    """The (algo, precision, sparsity) that `baseline`, a run directory or a label, names."""
+    if Path(baseline).is_dir():
+        run = load_run(Path(baseline))
+        key = (run.algo, run.precision, run.sparsity)
+        if not any(setting.key == key for setting in settings):
+            raise UserError(f"baseline {baseline} is a run of none of this report's settings")
+        return key
+    wanted = " ".join(baseline.lower().split())
+    for setting in settings:
+        if wanted in (setting.name.lower(), setting.label.lower()):
+            return setting.key
+    names = ", ".join(sorted({setting.name for setting in settings}))
+    raise UserError(f"baseline {baseline!r} matches no run or setting (settings: {names})")
+
+
+def baseline_of(setting: Setting, env_settings: list[Setting],
+                baseline_key: tuple[str, str, float] | None) -> Setting | None:
+    """What `setting` is compared with in its env: the chosen baseline, else fp32 dense."""
+    for candidate in env_settings:
+        if baseline_key is None:
+            if (candidate.algo, candidate.precision, candidate.sparsity) == (
+                    setting.algo, "fp32", 0.0):
+                return candidate
+        elif candidate.key == baseline_key:
+            return candidate
+    return None
+
+
+def mean_or_none(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def reached_threshold(setting: Setting, threshold: float) -> list[tuple[float, int]]:
+    """(wall seconds, env steps) to the threshold of each seed that reached it."""
+    times = [time_to_threshold(run.evaluations, threshold) for run in setting.runs]
+    return [time for time in times if time is not None]
+
+
+def energy_kwh(run: Run) -> float | None:
+    return (run.summary.get("energy") or {}).get("kwh")
+
+
+def co2_grams(run: Run) -> float | None:
+    kilograms = (run.summary.get("energy") or {}).get("emissions_kg")
+    return None if kilograms is None else kilograms * 1000.0
+
+
+def mean_over_runs(setting: Setting, value_of) -> tuple[float | None, int]:
+    """The mean of value_of(run) over the runs that have a value, and how many have one."""
+    values = [value for value in map(value_of, setting.runs) if value is not None]
+    return mean_or_none(values), len(values)
+
+
+def time_shares(setting: Setting, side: str) -> tuple[float, dict[str, float]] | None:
+    """One side's ("learner" or "actors") mean seconds per run and each part's % of them."""
+    breakdowns = [(run.summary.get("time_breakdown") or {}).get(side) for run in setting.runs]
+    breakdowns = [seconds for seconds in breakdowns if seconds]
+    if not breakdowns:
+        return None
+    totals: dict[str, float] = {}
+    for seconds in breakdowns:
+        for part, value in seconds.items():
+            totals[part] = totals.get(part, 0.0) + value
+    total = sum(totals.values())
+    return total / len(breakdowns), {part: 100.0 * value / total if total > 0 else 0.0
+                                     for part, value in totals.items()}

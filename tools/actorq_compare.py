@@ -1,0 +1,367 @@
+"""ActorQ's comparison, resumable: fp32, fp16 and int8 actors against one fp32 learner.
+
+    python tools/actorq_compare.py [--suite quantization|actor-bound|all] [--seeds 0 1 2]
+        [--steps-dqn N] [--steps-td3 N] [--steps-actor-bound N] [--out runs/actorq]
+        [--only REGEX] [--max-runs N] [--dry-run] [--report-only] [--report-dir DIR]
+        [--threshold ENV=RETURN ...]
+
+Reproduces the comparison of ActorQ (QuaRL, TMLR 2022): the learner always trains in fp32
+and only the precision of the policy the actors explore with changes (q=32, 16, 8); the
+metrics are the wall-clock time to reach a return threshold (speed-up = time(fp32) /
+time(int8)), the final return, and energy and CO2. Two suites:
+
+- quantization: DQN on CartPole-v1 and TD3 on HalfCheetah-v5, edge-rl's defaults otherwise;
+- actor-bound: TD3 on HalfCheetah-v5 with a wide actor (1024x1024), 2 actors and 0.25
+  updates per env step, so that more of the time goes into the actors' inference (on 2
+  cores the learner still sets the pace: ~80 updates/s with this actor).
+
+Each setting and seed is one `edge-rl train` run in OUT/SUITE/NAME, output appended to
+OUT/SUITE/NAME.log. Finished runs are skipped, interrupted ones resumed (--resume), a failed
+one logged and the next started. Ctrl-C stops the current run cleanly (a final checkpoint);
+the same command resumes it. Then `edge-rl report` compares the finished runs of each suite
+and env against an fp32 run. Standard library and `edge-rl` subprocesses only (no TF here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("actorq_compare")
+
+EDGE_RL = [sys.executable, "-m", "edge_rl"]
+PRECISIONS = ("fp32", "fp16", "int8")
+EVAL_POINTS = 20  # greedy evaluations per run: the points of the return-vs-time curve
+# Return thresholds passed to `edge-rl report` (--threshold ENV=X overrides or adds one).
+# CartPole-v1: gymnasium's reward_threshold. HalfCheetah-v5 has none here on purpose: its
+# gymnasium threshold (4800) is out of reach in 100k steps; the report's default applies.
+THRESHOLDS = {"CartPole-v1": 475.0}
+
+# Rough cost of a run where no finished run of its setting exists yet: seconds of fixed cost
+# (interpreter, TensorFlow import, first trace and conversion, actors starting) plus env
+# steps at a steady rate. Measured 2026-11 on the 2-core development machine (AMD EPYC, no
+# GPU), short runs (int8 unless said): dqn CartPole-v1 --steps 20000 ran 2048 -> 20160 env steps
+# in 7.6 s (1780 updates/s); td3 HalfCheetah-v5 --steps 10000 learned at 346 updates/s, i.e.
+# ~340 env steps/s at 1 update per step; the actor-bound setting --steps 15000 learned at
+# 76 (fp32) and 83 (int8) updates/s, i.e. ~320 env steps/s at 0.25 updates per step.
+FIXED_SECONDS = 20.0
+STEPS_PER_SECOND = {("quantization", "dqn"): 2000.0, ("quantization", "td3"): 330.0,
+                    ("actor-bound", "td3"): 320.0}
+STARTUP_SECONDS = 5.0  # a process's start-up that summary.json's wall-clock leaves out
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the comparison: everything but the seed."""
+
+    suite: str
+    algo: str
+    env: str
+    precision: str
+    steps: int
+    flags: tuple[str, ...]  # the same for every precision of a suite, algo and env
+
+    def name(self, seed: int) -> str:
+        return f"{self.suite}/{self.algo}-{self.env}-{self.precision}-s{seed}"
+
+
+
+@dataclass
+class Run:
+    setting: Setting
+    seed: int
+    run_dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.setting.name(self.seed)
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir.with_name(self.run_dir.name + ".log")
+
+
+def eval_flags(steps: int, episodes: int) -> tuple[str, ...]:
+    return ("--eval-every", str(max(1, steps // EVAL_POINTS)), "--eval-episodes", str(episodes))
+
+
+def settings_table(args: argparse.Namespace) -> list[Setting]:
+    """The settings of the chosen suites, in the order they run."""
+    quantization = [
+        # edge-rl's defaults otherwise: 1 actor, 1 env, batches of 64, publish every 1000.
+        ("dqn", "CartPole-v1", args.steps_dqn,
+         ("--updates-per-step", "1", *eval_flags(args.steps_dqn, 10))),
+        ("td3", "HalfCheetah-v5", args.steps_td3,
+         ("--updates-per-step", "1", *eval_flags(args.steps_td3, 5))),
+    ]
+    actor_bound = [
+        # --hidden is the actor's width once --critic-hidden is given: only the actor (what
+        # the actors run) is widened, the critics keep TD3's default 256x256.
+        ("td3", "HalfCheetah-v5", args.steps_actor_bound,
+         ("--hidden", "1024,1024", "--critic-hidden", "256,256", "--actors", "2",
+          "--updates-per-step", "0.25", *eval_flags(args.steps_actor_bound, 5))),
+    ]
+    # PLACEHOLDER (not implemented): a "tf-agents" setting, actors that run TF-Agents' own
+    # fp32 policy (PyTFEagerPolicy) against the same learner: ActorQ's baseline actor.
+    suites = {"quantization": quantization, "actor-bound": actor_bound}
+    chosen = list(suites) if args.suite == "all" else [args.suite]
+    return [Setting(suite, algo, env, precision, steps, flags)
+            for suite in chosen for algo, env, steps, flags in suites[suite]
+            for precision in PRECISIONS]
+
+
+def plan_runs(settings: list[Setting], seeds: list[int], out: Path) -> list[Run]:
+    """Every run, seed by seed within a suite, algo and env, all precisions of a seed side by
+    side: a slice of the work (--max-runs) gives comparable runs, and load drifts spread."""
+    groups: dict[tuple[str, str, str], int] = {}
+    for s in settings:
+        groups.setdefault((s.suite, s.algo, s.env), len(groups))
+    runs = [Run(s, seed, out / s.name(seed)) for s in settings for seed in seeds]
+    return sorted(runs, key=lambda r: (groups[r.setting.suite, r.setting.algo, r.setting.env],
+                                       r.seed))
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    return read_json(run_dir / "summary.json")
+
+
+def saved_steps(run_dir: Path) -> int | None:
+    """--steps of the run as saved in its config.json."""
+    return (read_json(run_dir / "config.json") or {}).get("steps")
+
+
+def checkpoint_steps(run_dir: Path) -> int | None:
+    """Env steps of the run's newest whole checkpoint; None if it has none."""
+    pointer = run_dir / "checkpoints" / "latest"
+    name = pointer.read_text().strip() if pointer.is_file() else ""
+    return int(name.rsplit("-", 1)[-1]) if name and (pointer.parent / name).is_dir() else None
+
+
+def run_status(run: Run) -> str:
+    """done, resume or new. An interrupted run writes a summary too (stop_reason
+    "interrupted"): it counts as unfinished."""
+    summary = read_summary(run.run_dir)
+    if summary is not None and summary.get("stop_reason") != "interrupted":
+        return "done"
+    return "resume" if checkpoint_steps(run.run_dir) is not None else "new"
+
+
+def measured_seconds(setting: Setting, runs: list[Run]) -> float | None:
+    """Mean wall-clock of the finished runs of `setting` (any seed), start-up included."""
+    seconds = [s["wall_clock_seconds"] for r in runs if r.setting == setting
+               if run_status(r) == "done" and saved_steps(r.run_dir) == setting.steps
+               if (s := read_summary(r.run_dir))]
+    return sum(seconds) / len(seconds) + STARTUP_SECONDS if seconds else None
+
+
+def estimate_seconds(run: Run, status: str, runs: list[Run]) -> float:
+    """Seconds the run still needs: from finished runs of its setting, else the rate table."""
+    setting = run.setting
+    if status == "done":
+        return 0.0
+    whole = measured_seconds(setting, runs)
+    if whole is None:
+        rate = STEPS_PER_SECOND[(setting.suite, setting.algo)]
+        whole = FIXED_SECONDS + setting.steps / rate
+    if status == "resume":
+        left = 1.0 - min(checkpoint_steps(run.run_dir) or 0, setting.steps) / setting.steps
+        return FIXED_SECONDS + left * max(whole - FIXED_SECONDS, 0.0)
+    return whole
+
+
+def print_plan(runs: list[Run], every_run: list[Run], max_runs: int | None) -> None:
+    """Each run with its status and the seconds it still needs (from `every_run` of its
+    setting that finished, whatever --only picked)."""
+    statuses = [run_status(r) for r in runs]
+    estimates = [estimate_seconds(r, s, every_run) for r, s in zip(runs, statuses, strict=True)]
+    width = max((len(r.name) for r in runs), default=0)
+    for run, status, seconds in zip(runs, statuses, estimates, strict=True):
+        if status == "done":
+            note = f"took {read_summary(run.run_dir)['wall_clock_seconds']:.0f} s"
+            if run.log_file.is_file() and " train --resume " in run.log_file.read_text():
+                note += " (resumed: that includes a restart's fixed cost)"
+            if (steps := saved_steps(run.run_dir)) != run.setting.steps:
+                note += f" (WARNING: ran --steps {steps}, not {run.setting.steps})"
+        else:
+            note = f"~{seconds / 60:.1f} min"
+        print(f"{run.name:<{width}}  {status:<6}  {note}")
+    todo = [e for s, e in zip(statuses, estimates, strict=True) if s != "done"]
+    print(f"{len(runs)} runs, {len(todo)} to do: ~{sum(todo) / 60:.1f} min estimated in all"
+          + (f"; this session runs at most {max_runs}" if max_runs is not None else ""))
+
+
+def train_command(run: Run, status: str) -> list[str]:
+    out = str(run.run_dir.resolve())  # absolute: the run's cwd is OUT/SUITE
+    if status == "resume":  # the saved config.json holds the rest; --steps overrides it
+        return [*EDGE_RL, "train", "--resume", "--out", out, "--steps", str(run.setting.steps)]
+    s = run.setting
+    return [*EDGE_RL, "train", "--algo", s.algo, "--env", s.env, "--steps", str(s.steps),
+            "--actor-precision", s.precision, "--seed", str(run.seed), "--out", out, *s.flags]
+
+
+def wait_interruptibly(process: subprocess.Popen) -> int:
+    """Wait for `process`; Ctrl-C here is passed on to it once per press (the first stops
+    it cleanly with a final checkpoint), and KeyboardInterrupt raised once it has exited."""
+    interrupted = False
+    while True:
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            log.warning("interrupted: stopping %d cleanly (it writes a checkpoint)", process.pid)
+            process.send_signal(signal.SIGINT)
+            continue
+        if interrupted:
+            raise KeyboardInterrupt
+        return code
+
+
+def execute(run: Run, status: str) -> bool:
+    """Run (or resume) one training with its output appended to its log; True if it ended
+    with exit code 0."""
+    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    command = train_command(run, status)
+    log.info("%s %s (log: %s)", "resuming" if status == "resume" else "starting", run.name,
+             run.log_file)
+    started = time.monotonic()
+    with open(run.log_file, "a") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
+        out.flush()
+        # Its own process group: a terminal's Ctrl-C reaches only this driver, which passes
+        # exactly one SIGINT on (a second one would stop edge-rl before its checkpoint). In
+        # OUT/SUITE, where MuJoCo's MUJOCO_LOG.TXT then lands.
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, process_group=0,
+                                   cwd=run.run_dir.parent)
+        code = wait_interruptibly(process)
+    seconds = time.monotonic() - started
+    if code != 0:
+        log.error("%s failed with exit code %d after %.0f s; see %s", run.name, code, seconds,
+                  run.log_file)
+        return False
+    log.info("%s finished in %.0f s", run.name, seconds)
+    return True
+
+
+def write_reports(runs: list[Run], report_dir: Path, thresholds: dict[str, float]) -> bool:
+    """`edge-rl report` once per suite and env over its finished runs (those of another
+    --steps left out); False if one failed."""
+    if subprocess.run([*EDGE_RL, "report", "--help"], capture_output=True).returncode != 0:
+        log.warning("`edge-rl report` is not available in this edge-rl: no report written")
+        return True
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in runs:
+        if run_status(run) == "done" and saved_steps(run.run_dir) == run.setting.steps:
+            groups.setdefault((run.setting.suite, run.setting.env), []).append(run)
+    ok = True
+    for (suite, env), done in groups.items():
+        out = report_dir / f"{suite}-{env}"
+        command = [*EDGE_RL, "report", *(str(r.run_dir) for r in done), "-o", str(out)]
+        if env in thresholds:
+            command += ["--threshold", str(thresholds[env])]
+        baseline = next((r for r in done if r.setting.precision == "fp32"), None)
+        if baseline is not None:
+            command += ["--baseline", str(baseline.run_dir)]
+        else:
+            log.warning("%s %s: no finished fp32 run to use as the baseline", suite, env)
+        code = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
+        if code != 0:
+            log.error("report for %s %s failed with exit code %d", suite, env, code)
+            ok = False
+        else:
+            log.info("report for %s %s (%d runs) in %s", suite, env, len(done), out)
+    return ok
+
+
+def run_all(runs: list[Run], max_runs: int | None) -> list[Run]:
+    """Run the unfinished runs in order, at most `max_runs` of them; returns those that
+    failed. KeyboardInterrupt goes through once the current run has stopped."""
+    failed, started = [], 0
+    for run in runs:
+        status = run_status(run)
+        if status == "done":
+            continue
+        if max_runs is not None and started >= max_runs:
+            log.info("--max-runs %d reached: stopping here", max_runs)
+            break
+        started += 1
+        if not execute(run, status):
+            failed.append(run)
+    return failed
+
+
+def parse_thresholds(pairs: list[str]) -> dict[str, float]:
+    thresholds = dict(THRESHOLDS)
+    for pair in pairs:
+        env, _, value = pair.partition("=")
+        try:
+            thresholds[env] = float(value)
+        except ValueError:
+            raise SystemExit(f"--threshold expects ENV=RETURN, not {pair!r}") from None
+    return thresholds
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=["quantization", "actor-bound", "all"], default="all")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps-dqn", type=int, default=100_000)
+    parser.add_argument("--steps-td3", type=int, default=100_000)
+    parser.add_argument("--steps-actor-bound", type=int, default=50_000)
+    parser.add_argument("--out", type=Path, default=Path("runs/actorq"))
+    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
+    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
+    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
+    parser.add_argument("--report-only", action="store_true", help="Run nothing; report.")
+    parser.add_argument("--report-dir", type=Path, help="[default: OUT/report]")
+    parser.add_argument("--threshold", action="append", default=[], metavar="ENV=RETURN",
+                        help=f"Report threshold per env.  [default: {THRESHOLDS}]")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    args = parse_args(argv)
+    thresholds = parse_thresholds(args.threshold)
+    every_run = plan_runs(settings_table(args), args.seeds, args.out)
+    runs = [r for r in every_run if args.only is None or re.search(args.only, r.name)]
+    if not runs:
+        log.error("no run matches --only %r", args.only)
+        return 2
+    print_plan(runs, every_run, args.max_runs)
+    if args.dry_run:
+        return 0
+    failed = []
+    if not args.report_only:
+        # Ctrl-C even when started with SIGINT ignored (a background job); SIGTERM alike.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
+        try:
+            failed = run_all(runs, args.max_runs)
+        except KeyboardInterrupt:
+            log.warning("interrupted: run the same command again to resume")
+            return 130
+    reported = write_reports(every_run, args.report_dir or args.out / "report", thresholds)
+    for run in failed:
+        log.error("failed: %s (log: %s)", run.name, run.log_file)
+    return 1 if failed or not reported else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
