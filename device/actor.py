@@ -166,9 +166,10 @@ class Actor:
                 self.stop_event.set()
 
     def _costs(self) -> BatchCosts:
-        joules, cpu_seconds = self.energy.take() if self.energy else (0.0, 0.0)
-        return BatchCosts(joules, cpu_seconds, self.energy.method if self.energy else "",
-                          self.split.take())
+        if self.energy is None:
+            return BatchCosts(times=self.split.take())
+        joules, cpu_seconds = self.energy.take()
+        return BatchCosts(joules, cpu_seconds, self.energy.method, self.split.take())
 
     def _send(self, transitions: Transitions, version: int, returns: list[float]) -> None:
         seq = self.spool.next_seq()
@@ -200,6 +201,7 @@ class Actor:
         log.info("actor %s acting in %s (%d envs) with %s; %d batches spooled",
                  self.client.actor_id, hello.env_id, len(rollout.envs), self.runtime,
                  len(self.spool))
+        self.split = TimeSplit()  # the clock starts with the loop, not with the first policy
         try:
             while not self.stop_event.is_set():
                 if self.max_steps is not None and self.env_steps >= self.max_steps:
@@ -207,22 +209,22 @@ class Actor:
                 # The newest policy the puller has: swapping is one reference assignment in
                 # the puller's thread, so acting never waits for a download.
                 policy = puller.latest
-                with self.split.part("inference"):
-                    outputs = policy.outputs(rollout.obs)
-                    actions, deterministic = explorer(outputs, policy.greedy(outputs))
-                with self.split.part("env"):
-                    batches = rollout.step(actions, deterministic)
+                outputs = policy.outputs(rollout.obs)
+                actions, deterministic = explorer(outputs, policy.greedy(outputs))
+                self.split.lap("inference")
+                batches = rollout.step(actions, deterministic)
+                self.split.lap("env")
                 self.env_steps = rollout.env_steps
-                with self.split.part("transport"):
-                    for batch in batches:
-                        self._send(batch, policy.version, rollout.take_returns())
-                        link.wake()
-                        if hello.lockstep:  # each ack, and the policy it names, before acting
-                            link.wait_for_room(limit=1)
-                            puller.fetch_now()
-                    if batches:
-                        link.wait_for_room()
-                    self.pace.hold(link.connected, self.env_steps)
+                for batch in batches:
+                    self._send(batch, policy.version, rollout.take_returns())
+                    link.wake()
+                    if hello.lockstep:  # each ack, and the policy it names, before acting on
+                        link.wait_for_room(limit=1)
+                        puller.fetch_now()
+                if batches:
+                    link.wait_for_room()
+                self.pace.hold(link.connected, self.env_steps)
+                self.split.lap("transport")
         finally:
             self.stop_event.set()
             link.stop()

@@ -14,13 +14,14 @@ drawn, and TensorFlow never: a report can be made on any machine that has the ru
 
 from __future__ import annotations
 
+import io
 import logging
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
+from edge_rl.checkpoint import write_bytes
 from edge_rl.compare import (
     THRESHOLD_MARGIN,
     Setting,
@@ -74,14 +75,6 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def env_filename(env: str) -> str:
     """'dm_control/cartpole-balance-v0' -> 'dm_control_cartpole-balance-v0'."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", env).strip("_")
-
-
-def _write_atomically(path: Path, write) -> Path:
-    """write(a temporary path), then rename: a reader never sees a half-written file."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    write(temporary)
-    os.replace(temporary, path)
-    return path
 
 
 def plot_returns(settings: list[Setting], x_key: str, threshold: float, path: Path) -> Path:
@@ -138,8 +131,10 @@ def plot_returns(settings: list[Setting], x_key: str, threshold: float, path: Pa
                 fontsize="small", title_fontsize="small",
                 title="line: mean over seeds\nband: min–max over seeds" if several_seeds
                 else None)
-    return _write_atomically(path, lambda temporary: figure.savefig(
-        temporary, format="png", bbox_inches="tight"))
+    png = io.BytesIO()
+    figure.savefig(png, format="png", bbox_inches="tight")
+    write_bytes(path, png.getvalue())  # atomically: a reader never sees half a file
+    return path
 
 
 def threshold_for_env(settings: list[Setting], threshold: float | None) -> tuple[float, str]:
@@ -286,7 +281,7 @@ def build_report(run_dirs: list[Path], out_dir: Path, threshold: float | None = 
         lines += env_section(env_settings, env_threshold, note, baseline_key, images)
 
     report = out_dir / "report.md"
-    written.append(_write_atomically(
-        report, lambda temporary: temporary.write_text("\n".join(lines) + "\n")))
+    write_bytes(report, ("\n".join(lines) + "\n").encode())
+    written.append(report)
     log.info("wrote %s and %d plots", report, len(written) - 1)
     return written

@@ -27,7 +27,7 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
         "best_return": training.state.best,
         "policy_file": str(policy_file) if policy_file else None,
         "stop_reason": training.stop_reason,
-        "publish_seconds": round(training.publish_seconds, 3),
+        "publish_seconds": round(training.costs.learner_seconds()["publishing"], 3),
         "learner_updates_per_second": training.loop_update_rate,
         "topology": training.config.topology,
         "topology_updates": training.state.topology_updates,

@@ -119,7 +119,6 @@ class Training:
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.last_publish_update = self.learner.updates
         self.last_loss = None
-        self.publish_seconds = 0.0
         self.first_update: tuple[float, int] | None = None  # (time, updates) this session
         self.stop_reason = ""
 
@@ -149,7 +148,6 @@ class Training:
         self.state.policies_published += 1
         self.exchange.put_policy(version, model)
         self.last_publish_update = self.learner.updates
-        self.publish_seconds += seconds
         with self.writer.as_default(step=self.state.env_steps):
             self.tf.summary.scalar("policy/version", version)
             self.tf.summary.scalar("policy/publish_latency_ms", seconds * 1000)
