@@ -48,8 +48,12 @@ class Spool:
                 self.state.update(json.loads(state_file.read_text()))
             except ValueError:
                 raise UserError(f"{state_file} is damaged; move the spool folder away") from None
+        acked = set(read_acked(self.folder))
         for path in sorted((self.folder / "batches").glob("*.batch")):
             seq = int(path.stem)
+            if seq in acked:  # settled when the actor was killed: its file outlived the ack
+                path.unlink()
+                continue
             self._sizes[seq] = path.stat().st_size
             self.bytes += self._sizes[seq]
         for path in (self.folder / "batches").glob("*.tmp"):
@@ -156,14 +160,16 @@ class Spool:
         with self._lock:
             if seq not in self._sizes:
                 return
+            # The record first, the batch file after: an actor killed in between finds the
+            # seq in acked.log on restart and removes its file then (see _open_folder), so
+            # an ack is never lost and never recorded twice.
+            if self.folder is not None and acked:
+                with open(self.folder / "acked.log", "a") as f:
+                    f.write(f"{seq}\n")
             self._remove(seq)
             self.state["acked" if acked else "rejected"] += 1
-            if self.folder is not None:
-                if acked:
-                    with open(self.folder / "acked.log", "a") as f:
-                        f.write(f"{seq}\n")
-                else:
-                    self._save_state()
+            if self.folder is not None and not acked:
+                self._save_state()
 
     def unacked(self) -> list[int]:
         with self._lock:

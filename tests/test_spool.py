@@ -29,6 +29,24 @@ def test_a_restarted_actor_finds_its_id_next_seq_and_unacked_batches(tmp_path):
         again.claim("someone-else")
 
 
+def test_an_actor_killed_while_settling_an_ack_records_it_once(tmp_path):
+    spool = Spool(tmp_path, max_bytes=10_000)
+    spool.join_run("run-1", learner_next_seq=0)
+    for _ in range(3):
+        seq = spool.next_seq()
+        spool.add(seq, b"batch %d" % seq)
+    spool.settle(0, acked=True)
+    # SIGKILL inside settle(1): the ack is in acked.log, the batch file still on disk
+    with open(tmp_path / "acked.log", "a") as f:
+        f.write("1\n")
+
+    again = Spool(tmp_path, max_bytes=10_000)
+    assert again.unacked() == [2]  # seq 1 is not resent, so not acked (and recorded) again
+    assert not list((tmp_path / "batches").glob("0000000000000001.*"))
+    again.settle(2, acked=True)
+    assert read_acked(tmp_path) == [0, 1, 2]
+
+
 def test_a_full_spool_drops_the_oldest_and_counts_them(tmp_path):
     for folder in (tmp_path, None):  # on disk and in memory alike
         spool = Spool(folder, max_bytes=350)
