@@ -84,6 +84,10 @@ class LearnerService:
             )
         if not request.actor_id or len(request.actor_id) > 200:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "actor_id must be 1-200 characters")
+        if self.exchange.stopping.is_set():
+            # like Insert: an actor whose insert was refused backs off and retries, instead
+            # of a new session whose every resend is refused again
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
         record = self.exchange.hello(request.actor_id, request.incarnation, request.host[:200],
                                      request.runtime[:200])
         run = self.run
