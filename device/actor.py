@@ -26,7 +26,7 @@ from edge_rl.device.accounting import DEFAULT_CPU_WATTS, ProcessEnergy, TimeSpli
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.link import Link
-from edge_rl.device.policy import Policy
+from edge_rl.device.policy import Policy, load_published
 from edge_rl.device.rollout import Rollout
 from edge_rl.device.runtime import load_runtime
 from edge_rl.device.spool import Spool
@@ -65,7 +65,7 @@ class PolicyPuller:
 
     def _swap(self, fetched) -> None:
         if fetched is not None and fetched[0] > self.latest.version:
-            self.latest = Policy(fetched[1], runtime=self.runtime)
+            self.latest = load_published(fetched[1], self.runtime, self.latest)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -136,7 +136,7 @@ class Actor:
                 log.debug("first policy pull failed: %s", err.code().name)
                 fetched = None
             if fetched is not None:
-                return Policy(fetched[1], runtime=self.runtime)
+                return load_published(fetched[1], self.runtime)
             time.sleep(0.2)
         raise SystemExit(0)
 
@@ -199,7 +199,7 @@ class Actor:
         rollout = Rollout(hello.env_id, max(1, hello.num_envs), int(hello.seed),
                           hello.batch_transitions, explorer.random_actions(1)[0])
         log.info("actor %s acting in %s (%d envs) with %s; %d batches spooled",
-                 self.client.actor_id, hello.env_id, len(rollout.envs), self.runtime,
+                 self.client.actor_id, hello.env_id, len(rollout.envs), policy.runtime,
                  len(self.spool))
         self.split = TimeSplit()  # the clock starts with the loop, not with the first policy
         try:

@@ -116,6 +116,25 @@ def squash_to_bounds(unit: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.
     return (low + (unit + 1.0) * 0.5 * (high - low)).astype(np.float32)
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # a TF-Agents SavedModel policy (edge_rl.tf_policy); TFLite is not
+
+
+def load_published(data: bytes, runtime: Runtime | None = None, previous=None):
+    """The policy a learner published: a TFLite policy file, or with `--actor-precision
+    tf-fp32` (the framework baseline) a TF-Agents SavedModel, which needs TensorFlow here.
+    `previous`, the policy it replaces, lets a TF-Agents policy reuse its loaded graph."""
+    if bytes(data[:4]) != ZIP_MAGIC:
+        return Policy(data, runtime=runtime)
+    try:
+        from edge_rl.tf_policy import TFAgentsPolicy
+    except ImportError as err:
+        raise PolicyFileError(
+            "the learner publishes TF-Agents policies (--actor-precision tf-fp32, the framework "
+            f"baseline); acting with them needs TensorFlow: pip install 'edge-rl[train]' ({err})"
+        ) from None
+    return TFAgentsPolicy(data, previous)
+
+
 def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: int = 1) -> Policy:
     """Load a policy file written by `edge-rl export` (or published by a learner)."""
     path = Path(path)

@@ -17,7 +17,7 @@ from edge_rl.device.errors import UserError
 
 log = logging.getLogger(__name__)
 
-PRECISION_ORDER = {"fp32": 0, "fp16": 1, "int8": 2}  # others sort after these, by name
+PRECISION_ORDER = {"tf-fp32": 0, "fp32": 1, "fp16": 2, "int8": 3}  # others after these, by name
 THRESHOLD_MARGIN = 0.05  # default threshold: 5% of |best final score| below the best
 
 

@@ -19,6 +19,10 @@ from edge_rl.device.errors import UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
 PRECISIONS = ("int8", "fp16", "fp32")
+# What actors may explore with: a policy file at one of PRECISIONS, or "tf-fp32", the
+# framework baseline: TF-Agents' own fp32 policy run in TensorFlow (edge_rl.tf_policy).
+TF_BASELINE = "tf-fp32"
+ACTOR_PRECISIONS = (*PRECISIONS, TF_BASELINE)
 
 
 def is_loopback(host: str) -> bool:
@@ -126,11 +130,18 @@ class TrainConfig:
         return {"actor": self.sparsity, "critic": critic}
 
     def validate(self) -> None:
-        if self.actor_precision not in PRECISIONS:
+        if self.actor_precision not in ACTOR_PRECISIONS:
             raise UserError(
-                f"--actor-precision must be one of {', '.join(PRECISIONS)}, "
+                f"--actor-precision must be one of {', '.join(ACTOR_PRECISIONS)}, "
                 f"not {self.actor_precision!r}"
             )
+        if self.actor_precision == TF_BASELINE:
+            if self.algo == "sac":  # its actors sample from outputs a greedy policy lacks
+                raise UserError(f"--actor-precision {TF_BASELINE} (TF-Agents' own policy on the "
+                                "actors) covers dqn, td3 and d4pg, not sac")
+            if max(self.sparsities.values()) > 0 or self.tiny:
+                raise UserError(f"--actor-precision {TF_BASELINE} is the dense baseline: "
+                                "drop --sparsity / --tiny")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise UserError("TLS needs both --tls-cert and --tls-key")
         if self.token_file is None and not self.insecure and not is_loopback(self.host):
@@ -166,6 +177,18 @@ class TrainConfig:
             raise UserError("--buffer-threshold must not be negative")
         if not (math.isfinite(self.cpu_watts) and self.cpu_watts >= 0):
             raise UserError("--cpu-watts must be a number >= 0")
+        self._validate_support()
+
+    def _validate_support(self) -> None:
+        """D4PG's categorical support (--atoms, --v-min, --v-max), where the algorithm has one."""
+        options = self.algo_options
+        atoms = options.get("atoms")
+        if atoms is not None and (not isinstance(atoms, int) or atoms < 2):
+            raise UserError(f"--atoms must be an integer >= 2, not {atoms}")
+        if "v_min" in options and "v_max" in options:
+            v_min, v_max = float(options["v_min"]), float(options["v_max"])
+            if not (math.isfinite(v_min) and math.isfinite(v_max) and v_min < v_max):
+                raise UserError(f"--v-min ({v_min:g}) must be below --v-max ({v_max:g})")
 
     def to_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

@@ -77,6 +77,7 @@ class Learner:
         self._train_many = tf.function(self._train_loop, reduce_retracing=True)
         self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
         self._patchers: dict[str, Any] = {}  # precision -> PolicyPatcher, or None: convert
+        self._saved_policy = None  # edge_rl.tf_policy.SavedPolicyWriter, for tf-fp32 actors
 
     @property
     def updates(self) -> int:
@@ -154,6 +155,15 @@ class Learner:
         else:
             model = patcher.write(calibration, metadata)
         return model, time.perf_counter() - start
+
+    def publish_tf_agents(self, version: int) -> bytes:
+        """The agent's greedy policy as TF-Agents saves it (the framework baseline's
+        broadcast, see edge_rl.tf_policy): saved in full the first time, variables after."""
+        from edge_rl.tf_policy import PRECISION, SavedPolicyWriter
+
+        if self._saved_policy is None:
+            self._saved_policy = SavedPolicyWriter(self.agent)
+        return self._saved_policy.write(self.metadata(PRECISION, version, self.config.env))
 
     # -- checkpoints --------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from edge_rl.best_policy import (
     save_best_policy,
 )
 from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_json
-from edge_rl.config import TrainConfig
+from edge_rl.config import TF_BASELINE, TrainConfig
 from edge_rl.costs import RunCosts
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
@@ -121,6 +121,7 @@ class Training:
         self.last_loss = None
         self.first_update: tuple[float, int] | None = None  # (time, updates) this session
         self.stop_reason = ""
+        self.policy_file = b""  # the newest published policy as a policy file
 
     # -- the pieces of the loop ----------------------------------------------------------------
 
@@ -137,21 +138,28 @@ class Training:
     def publish(self) -> None:
         version = self.state.policy_version + 1
         record_policy_version(self.run_dir, version)
+        baseline = self.config.actor_precision == TF_BASELINE
         with self.costs.learner.part("publishing"):
-            model, seconds = self.learner.publish(
-                self.config.actor_precision, self.calibration(), version
+            start = time.perf_counter()
+            # The learner evaluates (and keeps as best) a policy file in every run; the
+            # baseline's is fp32, the weights its TF-Agents actors act with.
+            model, _ = self.learner.publish(
+                "fp32" if baseline else self.config.actor_precision, self.calibration(), version
             )
             if self.config.is_sparse:
                 # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
                 model = pack_policy(model, preset=PUBLISH_XZ_PRESET)
+            broadcast = self.learner.publish_tf_agents(version) if baseline else model
+            seconds = time.perf_counter() - start
         self.state.policy_version = version
         self.state.policies_published += 1
-        self.exchange.put_policy(version, model)
+        self.policy_file = model
+        self.exchange.put_policy(version, broadcast)
         self.last_publish_update = self.learner.updates
         with self.writer.as_default(step=self.state.env_steps):
             self.tf.summary.scalar("policy/version", version)
             self.tf.summary.scalar("policy/publish_latency_ms", seconds * 1000)
-            self.tf.summary.scalar("policy/bytes", len(model))
+            self.tf.summary.scalar("policy/bytes", len(broadcast))
 
     def take_batches(self, block: bool) -> int:
         """Move queued batches into replay; returns how many transitions arrived."""
@@ -204,7 +212,7 @@ class Training:
     def evaluate_now(self) -> EvalResult:
         """Publish the current weights and evaluate that quantized policy greedily."""
         self.publish()
-        policy = Policy(self.exchange.policy[1])
+        policy = Policy(self.policy_file)
         with self.costs.learner.part("evaluation"):
             result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
         record = {

@@ -122,18 +122,29 @@ def test_resume_restores_steps_weights_and_policy_version(tmp_path):
             > first["time_breakdown"]["learner"]["updates"] > 0)
 
 
-@pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_continuous_control_beats_minus_400_on_pendulum(algo, tmp_path):
+@pytest.mark.parametrize("algo, precision", [("td3", "int8"), ("sac", "int8"),
+                                              ("td3", "tf-fp32")])
+def test_continuous_control_beats_minus_400_on_pendulum(algo, precision, tmp_path):
+    """tf-fp32: the framework baseline, whose actor acts with TF-Agents' own policy."""
+    out = tmp_path / algo
     summary = train(
-        tmp_path / algo, "--algo", algo, "--env", "Pendulum-v1", "--steps", "15000",
+        out, "--algo", algo, "--env", "Pendulum-v1", "--steps", "15000",
         "--hidden", "64,64", "--batch-size", "128", "--warmup-steps", "1000",
         "--learning-rate", "0.001", "--eval-every", "2500", "--eval-episodes", "10",
         "--publish-every", "1000", "--target-return", "-250", "--seed", "0",
+        "--actor-precision", precision,
     )
     assert summary["best_return"]["mean"] > -400
     # flow control: the learner trails the samples-per-insert target (1 update per step after
     # 1000 warm-up steps) by at most max_update_lag plus the batches actors may have in flight
     assert summary["updates"] >= summary["steps"] - 1000 - 2000 - 4 * 64 - 64
-    policy = load_policy(tmp_path / algo / "policy.tflite")
+    policy = load_policy(out / "policy.tflite")
     assert policy.metadata.output == ("action" if algo == "td3" else "mean_log_std")
-    assert "int8" in weight_dtypes(policy.model)
+    actor_log = (out / "logs" / "actor-0.log").read_text()
+    if precision == "int8":
+        assert "int8" in weight_dtypes(policy.model)
+        assert "ai_edge_litert" in actor_log
+    else:  # the learner keeps an fp32 policy file; its actor ran TF-Agents' SavedModel
+        assert weight_dtypes(policy.model) == {"float32"}
+        assert "SavedModelPyTFEagerPolicy" in actor_log
+        assert summary["policy_bytes"] > 100_000  # the saved graph travels with the weights

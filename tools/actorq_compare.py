@@ -1,6 +1,6 @@
 """ActorQ's comparison, resumable: fp32, fp16 and int8 actors against one fp32 learner.
 
-    python tools/actorq_compare.py [--suite quantization|actor-bound|all] [--seeds 0 1 2]
+    python tools/actorq_compare.py [--suite quantization|framework|actor-bound|all] [--seeds 0 1 2]
         [--steps-dqn N] [--steps-td3 N] [--steps-actor-bound N] [--out runs/actorq]
         [--only REGEX] [--max-runs N] [--dry-run] [--report-only] [--report-dir DIR]
         [--threshold ENV=RETURN ...]
@@ -8,12 +8,17 @@
 Reproduces the comparison of ActorQ (QuaRL, TMLR 2022): the learner always trains in fp32
 and only the precision of the policy the actors explore with changes (q=32, 16, 8); the
 metrics are the wall-clock time to reach a return threshold (speed-up = time(fp32) /
-time(int8)), the final return, and energy and CO2. Two suites:
+time(int8)), the final return, and energy and CO2. Three suites:
 
 - quantization: DQN on CartPole-v1 and TD3 on HalfCheetah-v5, edge-rl's defaults otherwise;
-- actor-bound: TD3 on HalfCheetah-v5 with a wide actor (1024x1024), 2 actors and 0.25
-  updates per env step, so that more of the time goes into the actors' inference (on 2
-  cores the learner still sets the pace: ~80 updates/s with this actor).
+- framework: the same runs with actors that act with TF-Agents' own fp32 policy in
+  TensorFlow (--actor-precision tf-fp32), as a TF-Agents user's collect loop does; reported
+  separately, against the quantization suite's fp32 and int8 runs;
+- actor-bound: TD3 on HalfCheetah-v5 with a wide actor (1024x1024), 2 actors and 0.125
+  updates per env step (Acme's D4PG default: 32 samples per insert at batches of 256), so
+  that more of the time goes into the actors' inference (on 2 cores the learner still sets
+  the pace: ~80 updates/s with this actor, ~20 core-ms an update against ~0.05 ms of fp32
+  inference an env step).
 
 Each setting and seed is one `edge-rl train` run in OUT/SUITE/NAME, output appended to
 OUT/SUITE/NAME.log. Finished runs are skipped, interrupted ones resumed (--resume), a failed
@@ -38,7 +43,8 @@ from pathlib import Path
 log = logging.getLogger("actorq_compare")
 
 EDGE_RL = [sys.executable, "-m", "edge_rl"]
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = {"quantization": ("fp32", "fp16", "int8"), "framework": ("tf-fp32",),
+              "actor-bound": ("fp32", "fp16", "int8")}
 EVAL_POINTS = 20  # greedy evaluations per run: the points of the return-vs-time curve
 # Return thresholds passed to `edge-rl report` (--threshold ENV=X overrides or adds one).
 # CartPole-v1: gymnasium's reward_threshold. HalfCheetah-v5 has none here on purpose: its
@@ -51,10 +57,11 @@ THRESHOLDS = {"CartPole-v1": 475.0}
 # GPU), short runs (int8 unless said): dqn CartPole-v1 --steps 20000 ran 2048 -> 20160 env steps
 # in 7.6 s (1780 updates/s); td3 HalfCheetah-v5 --steps 10000 learned at 346 updates/s, i.e.
 # ~340 env steps/s at 1 update per step; the actor-bound setting --steps 15000 learned at
-# 76 (fp32) and 83 (int8) updates/s, i.e. ~320 env steps/s at 0.25 updates per step.
+# 76 (fp32) and 83 (int8) updates/s, i.e. ~640 env steps/s at 0.125 updates per step.
 FIXED_SECONDS = 20.0
 STEPS_PER_SECOND = {("quantization", "dqn"): 2000.0, ("quantization", "td3"): 330.0,
-                    ("actor-bound", "td3"): 320.0}
+                    ("framework", "dqn"): 2000.0, ("framework", "td3"): 330.0,
+                    ("actor-bound", "td3"): 640.0}
 STARTUP_SECONDS = 5.0  # a process's start-up that summary.json's wall-clock leaves out
 
 
@@ -107,15 +114,15 @@ def settings_table(args: argparse.Namespace) -> list[Setting]:
         # the actors run) is widened, the critics keep TD3's default 256x256.
         ("td3", "HalfCheetah-v5", args.steps_actor_bound,
          ("--hidden", "1024,1024", "--critic-hidden", "256,256", "--actors", "2",
-          "--updates-per-step", "0.25", *eval_flags(args.steps_actor_bound, 5))),
+          "--updates-per-step", "0.125", *eval_flags(args.steps_actor_bound, 5))),
     ]
-    # PLACEHOLDER (not implemented): a "tf-agents" setting, actors that run TF-Agents' own
-    # fp32 policy (PyTFEagerPolicy) against the same learner: ActorQ's baseline actor.
-    suites = {"quantization": quantization, "actor-bound": actor_bound}
+    # the framework baseline: the quantization suite's runs, actors on TF-Agents' policy
+    suites = {"quantization": quantization, "framework": quantization,
+              "actor-bound": actor_bound}
     chosen = list(suites) if args.suite == "all" else [args.suite]
     return [Setting(suite, algo, env, precision, steps, flags)
             for suite in chosen for algo, env, steps, flags in suites[suite]
-            for precision in PRECISIONS]
+            for precision in PRECISIONS[suite]]
 
 
 def plan_runs(settings: list[Setting], seeds: list[int], out: Path) -> list[Run]:
@@ -270,15 +277,20 @@ def write_reports(runs: list[Run], report_dir: Path, thresholds: dict[str, float
             groups.setdefault((run.setting.suite, run.setting.env), []).append(run)
     ok = True
     for (suite, env), done in groups.items():
+        reference = "fp32"
+        if suite == "framework":  # TF-Agents' actors against edge-rl's fp32 and int8 ones
+            reference = "tf-fp32"
+            done = done + [r for r in groups.get(("quantization", env), [])
+                           if r.setting.precision in ("fp32", "int8")]
         out = report_dir / f"{suite}-{env}"
         command = [*EDGE_RL, "report", *(str(r.run_dir) for r in done), "-o", str(out)]
         if env in thresholds:
             command += ["--threshold", str(thresholds[env])]
-        baseline = next((r for r in done if r.setting.precision == "fp32"), None)
+        baseline = next((r for r in done if r.setting.precision == reference), None)
         if baseline is not None:
             command += ["--baseline", str(baseline.run_dir)]
         else:
-            log.warning("%s %s: no finished fp32 run to use as the baseline", suite, env)
+            log.warning("%s %s: no finished %s run to use as the baseline", suite, env, reference)
         code = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
         if code != 0:
             log.error("report for %s %s failed with exit code %d", suite, env, code)
@@ -318,7 +330,7 @@ def parse_thresholds(pairs: list[str]) -> dict[str, float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=["quantization", "actor-bound", "all"], default="all")
+    parser.add_argument("--suite", choices=[*PRECISIONS, "all"], default="all")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps-dqn", type=int, default=100_000)
     parser.add_argument("--steps-td3", type=int, default=100_000)
