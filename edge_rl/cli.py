@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from edge_rl.config import PRECISIONS, TrainConfig
+from edge_rl.config import ACTOR_PRECISIONS, TrainConfig
 from edge_rl.device.accounting import DEFAULT_CPU_WATTS
 from edge_rl.device.errors import UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
@@ -60,12 +60,13 @@ def cli(verbose: bool) -> None:
 RUN_OPTIONS = [
     click.option("--env",
                  help="Gymnasium env id, or package.module:EnvId.  [default: CartPole-v1]"),
-    click.option("--algo", help="dqn, td3 or sac.  [default: dqn]"),
+    click.option("--algo", help="dqn, td3, sac or d4pg.  [default: dqn]"),
     click.option("--steps", type=int, help="Env steps to train for.  [default: 100000]"),
     click.option("--actors", type=int,
                  help="Local actor processes.  [default: 1; learner: 0]"),
-    click.option("--actor-precision", type=click.Choice(PRECISIONS),
-                 help="Precision of the policy actors explore with.  [default: int8]"),
+    click.option("--actor-precision", type=click.Choice(ACTOR_PRECISIONS),
+                 help="Precision of the policy actors explore with; tf-fp32: TF-Agents' own "
+                      "fp32 policy in TensorFlow (the framework baseline).  [default: int8]"),
     click.option("--publish-every", type=int,
                  help="Learner updates between broadcasts.  [default: 1000]"),
     click.option("--seed", type=int, help="Random seed.  [default: 0]"),
@@ -81,7 +82,8 @@ RUN_OPTIONS = [
     click.option("--warmup-steps", type=int, help="Env steps before the first update."),
     click.option("--replay-capacity", type=int),
     click.option("--nstep", type=int,
-                 help="n-step returns.  [default: 3 for dqn and --delayed-nstep, else 1]"),
+                 help="n-step returns.  [default: 3 for dqn and --delayed-nstep, 5 for d4pg, "
+                      "else 1]"),
     click.option("--gamma", type=float, help="Discount.  [default: 0.99]"),
     click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]"),
     click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]"),
@@ -123,6 +125,12 @@ RUN_OPTIONS = [
                  help="Policy distance above which replay shrinks.  [default: 0.2]"),
     click.option("--buffer-min", type=int,
                  help="Replay never shrinks below this.  [default: --replay-capacity / 10]"),
+    click.option("--atoms", type=int,
+                 help="D4PG: atoms of the critic's categorical support.  [default: 51]"),
+    click.option("--v-min", type=float,
+                 help="D4PG: the support's lowest return.  [default: -150]"),
+    click.option("--v-max", type=float,
+                 help="D4PG: the support's highest return.  [default: 150]"),
     click.option("--carbon/--no-carbon", default=None,
                  help="Measure the run's energy and CO2.  [default: on]"),
     click.option("--country",
@@ -132,6 +140,8 @@ RUN_OPTIONS = [
                  help="Power per busy core where no power counter measures it.  "
                       f"[default: {DEFAULT_CPU_WATTS:g}]"),
 ]
+# Run flags that are one algorithm's settings: they land in TrainConfig.algo_options.
+ALGO_OPTION_FLAGS = ("atoms", "v_min", "v_max")
 RESUME_OPTION = click.option("--resume", is_flag=True,
                              help="Continue the run in --out from its last checkpoint.")
 CONFIG_OPTION = click.option("--config", "config_file", type=click.Path(),
@@ -148,6 +158,7 @@ def run_options(command):
 def run_config(resume: bool, config_file: str | None, flags: dict) -> TrainConfig:
     """The run's config: a saved one (--config, or the run being resumed) plus the flags."""
     given = {k: v for k, v in flags.items() if v is not None}
+    options = {k: given.pop(k) for k in ALGO_OPTION_FLAGS if k in given}
     if config_file:
         base = TrainConfig.load(config_file)
     elif resume:
@@ -156,6 +167,8 @@ def run_config(resume: bool, config_file: str | None, flags: dict) -> TrainConfi
         base = TrainConfig.load(Path(given["out"]) / "config.json")
     else:
         base = TrainConfig()
+    if options:
+        given["algo_options"] = {**base.algo_options, **options}
     return base.replace(**given)
 
 

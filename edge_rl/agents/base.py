@@ -71,7 +71,7 @@ def check_action_space(factory: AgentFactory, env_id: str, action: dict) -> None
         kind = "discrete" if is_discrete else "continuous"
         raise UserError(
             f"{factory.name} cannot drive {env_id}: its actions are {kind}; "
-            f"use {'dqn' if is_discrete else 'td3 or sac'}"
+            f"use {'dqn' if is_discrete else 'td3, sac or d4pg'}"
         )
 
 
@@ -143,5 +143,10 @@ def _resolve_algorithm(factory: AgentFactory, config: TrainConfig) -> TrainConfi
         name: value for name, value in factory.defaults.items()
         if name != "algo_options" and getattr(config, name) is None
     }
-    options = {**factory.defaults.get("algo_options", {}), **config.algo_options}
+    defaults = factory.defaults.get("algo_options", {})
+    unknown = sorted(set(config.algo_options) - set(defaults))
+    if unknown:  # e.g. D4PG's --atoms given to another algorithm
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in unknown)
+        raise UserError(f"{factory.name} takes no {flags}")
+    options = {**defaults, **config.algo_options}
     return config.replace(**changes, algo_options=options)

@@ -89,6 +89,19 @@ def critic(observation_spec, action_spec, hidden: tuple[int, ...], name: str, sp
     )
 
 
+def distributional_critic(observation_spec, action_spec, hidden: tuple[int, ...], atoms: int,
+                          name: str, sparse: bool):
+    """Z(s, a) for D4PG: the concatenated inputs through ReLU layers to logits over atoms."""
+    layers = (
+        [tf.keras.layers.Lambda(lambda inputs: tf.concat(inputs, axis=-1), name="concat")]
+        + dense_stack(hidden, name, sparse)
+        + [dense(atoms, None, f"{name}_logits", sparse)]
+    )
+    return sequential.Sequential(
+        layers, input_spec=(observation_spec, action_spec), name=name
+    )
+
+
 class SquashedGaussianActor(network.DistributionNetwork):
     """pi(.|s) for SAC: tanh(N(mean, std)) scaled to the bounds, mean and log-std from one head."""
 

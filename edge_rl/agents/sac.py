@@ -87,7 +87,9 @@ class SAC:
                 "critic": mlp_shapes(n_obs + n_act, hidden, 1)}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
-        return ExplorationSettings(kind="sac", random_steps=config.warmup_steps // config.actors)
+        # a learner with no local actors (--actors 0) spreads nothing: one share per actor
+        return ExplorationSettings(kind="sac",
+                                   random_steps=config.warmup_steps // max(config.actors, 1))
 
 
 ALGORITHM = SAC()

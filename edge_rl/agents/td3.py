@@ -99,7 +99,7 @@ class TD3:
         return ExplorationSettings(
             kind="gaussian",
             noise_std=config.algo_options["exploration_noise"],
-            random_steps=config.warmup_steps // config.actors,
+            random_steps=config.warmup_steps // max(config.actors, 1),  # learner: 0 local
         )
 
 
