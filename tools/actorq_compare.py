@@ -265,7 +265,8 @@ def execute(run: Run, status: str) -> bool:
     return True
 
 
-def write_reports(runs: list[Run], report_dir: Path, thresholds: dict[str, float]) -> bool:
+def write_reports(runs: list[Run], suites: set[str], report_dir: Path,
+                  thresholds: dict[str, float]) -> bool:
     """`edge-rl report` once per suite and env over its finished runs (those of another
     --steps left out); False if one failed."""
     if subprocess.run([*EDGE_RL, "report", "--help"], capture_output=True).returncode != 0:
@@ -277,6 +278,8 @@ def write_reports(runs: list[Run], report_dir: Path, thresholds: dict[str, float
             groups.setdefault((run.setting.suite, run.setting.env), []).append(run)
     ok = True
     for (suite, env), done in groups.items():
+        if suite not in suites:  # read only for another suite's report (framework's)
+            continue
         reference = "fp32"
         if suite == "framework":  # TF-Agents' actors against edge-rl's fp32 and int8 ones
             reference = "tf-fp32"
@@ -369,7 +372,11 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             log.warning("interrupted: run the same command again to resume")
             return 130
-    reported = write_reports(every_run, args.report_dir or args.out / "report", thresholds)
+    # every suite's runs: the framework report compares with the quantization suite's
+    all_runs = plan_runs(settings_table(argparse.Namespace(**{**vars(args), "suite": "all"})),
+                         args.seeds, args.out)
+    reported = write_reports(all_runs, {r.setting.suite for r in every_run},
+                             args.report_dir or args.out / "report", thresholds)
     for run in failed:
         log.error("failed: %s (log: %s)", run.name, run.log_file)
     return 1 if failed or not reported else 0
