@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tf_agents.policies import policy_saver, py_tf_eager_policy
+from tf_agents.trajectories import time_step as ts
 
 from edge_rl.device.errors import PolicyFileError
 from edge_rl.device.policy_file import PolicyMetadata
+from edge_rl.tf_setup import tf
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +61,6 @@ class SavedPolicyWriter:
     only its variables (milliseconds)."""
 
     def __init__(self, agent: Any):
-        from tf_agents.policies import policy_saver
-
         self._saver = policy_saver.PolicySaver(
             agent.policy, batch_size=None, train_step=agent.train_step_counter
         )
@@ -95,25 +96,22 @@ class _LoadedModel:
     """One SavedModel loaded in this process, shared by the policies of one run: a newer
     broadcast only reads its variables into it."""
 
-    def __init__(self, graph: dict[str, bytes], variables: dict[str, bytes]):
-        from edge_rl.tf_setup import tf
-
+    def __init__(self, graph: dict[str, bytes], variables: dict[str, bytes], version: int):
         try:  # one thread, as a LiteRT policy uses; fails once TF's runtime has started
             tf.config.threading.set_intra_op_parallelism_threads(1)
             tf.config.threading.set_inter_op_parallelism_threads(1)
         except RuntimeError:
             pass
-        from tf_agents.policies import py_tf_eager_policy
-
         self.digest = graph_digest(graph)
         self._folder = tempfile.TemporaryDirectory(prefix="edge-rl-tf-policy-")
         root = Path(self._folder.name)
         _write_tree(root / "model", {**graph, **variables})
+        # Loading runs the policy once on zeros: a model that cannot run fails here.
         self.policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(
             str(root / "model"), load_specs_from_pbtxt=True, use_tf_function=True,
             batch_time_steps=False,
         )
-        self.version: int | None = None  # whose variables are loaded (None: the saved ones)
+        self.version = version  # the policy version whose variables are loaded
         self._serial = 0
         self.lock = threading.Lock()
 
@@ -164,13 +162,11 @@ class TFAgentsPolicy:
         shared = getattr(previous, "loaded", None)
         if shared is None or shared.digest != graph_digest(graph):
             try:
-                shared = _LoadedModel(graph, self._variables)
+                shared = _LoadedModel(graph, self._variables, self.version)
             except (ValueError, OSError, RuntimeError) as err:
                 raise PolicyFileError(f"TensorFlow cannot load this policy: {err}") from None
-            shared.version = self.version
         self.loaded = shared
-        self.runtime = f"tf-agents SavedModelPyTFEagerPolicy (tensorflow {_tf_version()})"
-        self.act(np.zeros((1, *self.metadata.observation_shape), np.float32))
+        self.runtime = f"tf-agents SavedModelPyTFEagerPolicy (tensorflow {tf.__version__})"
 
     @property
     def version(self) -> int:
@@ -178,8 +174,6 @@ class TFAgentsPolicy:
 
     def outputs(self, observations: np.ndarray) -> np.ndarray:
         """The greedy actions for a batch of observations."""
-        from tf_agents.trajectories import time_step as ts
-
         loaded = self.loaded
         with loaded.lock:
             if loaded.version != self.version:
@@ -202,8 +196,3 @@ class TFAgentsPolicy:
     def act(self, observations: np.ndarray) -> np.ndarray:
         return self.outputs(observations)
 
-
-def _tf_version() -> str:
-    from edge_rl.tf_setup import tf
-
-    return tf.__version__

@@ -18,13 +18,9 @@ from tf_agents.policies import actor_policy
 from tf_agents.utils import common
 
 from edge_rl.agents.base import BuiltAgent, SparseGroup
-from edge_rl.agents.networks import (
-    deterministic_actor,
-    distributional_critic,
-    export_model,
-    mlp_shapes,
-)
+from edge_rl.agents.networks import deterministic_actor, distributional_critic, mlp_shapes
 from edge_rl.agents.specs import tf_specs
+from edge_rl.agents.td3 import deterministic_actor_critic
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
@@ -224,24 +220,8 @@ class D4PG:
             SparseGroup("critic", "critic", [critic_net], [agent._target_critic_network],
                         critic_optimizer, passes=(3, 2)),
         ]
-
-        def losses(experience):
-            time_steps, policy_steps, next_time_steps = agent._as_transition(experience)
-            return {
-                "actor": lambda: agent.actor_loss(time_steps, training=True),
-                "critic": lambda: agent.critic_loss(
-                    time_steps, policy_steps.action, next_time_steps, training=True),
-            }
-
-        return BuiltAgent(
-            agent,
-            export_model(observation_shape, actor.layers),
-            "action",
-            {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
-            actor,
-            groups,
-            losses,
-        )
+        return deterministic_actor_critic(agent, observation_shape, actor, actor_optimizer,
+                                          critic_optimizer, groups)
 
     def layer_shapes(self, observation_shape, action, hidden):
         # Only the hidden sizes reach here: the critic's output is the default support's size.

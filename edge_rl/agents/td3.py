@@ -14,6 +14,32 @@ from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
 
 
+def deterministic_actor_critic(agent, observation_shape: tuple[int, ...], actor,
+                               actor_optimizer, critic_optimizer,
+                               groups: list[SparseGroup]) -> BuiltAgent:
+    """The BuiltAgent of an agent whose deterministic `actor` is what actors run (TD3, D4PG),
+    and whose `actor_loss(time_steps)` and `critic_loss(time_steps, actions, next_time_steps)`
+    are the groups' losses (what RigL grows by)."""
+
+    def losses(experience):
+        time_steps, policy_steps, next_time_steps = agent._as_transition(experience)
+        return {
+            "actor": lambda: agent.actor_loss(time_steps, training=True),
+            "critic": lambda: agent.critic_loss(
+                time_steps, policy_steps.action, next_time_steps, training=True),
+        }
+
+    return BuiltAgent(
+        agent,
+        export_model(observation_shape, actor.layers),
+        "action",
+        {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
+        actor,
+        groups,
+        losses,
+    )
+
+
 class TD3:
     name = "td3"
     discrete = False
@@ -71,24 +97,8 @@ class TD3:
                         [agent._target_critic_network_1, agent._target_critic_network_2],
                         critic_optimizer, passes=(4 + 1 / d, 2 + 1 / d)),
         ]
-
-        def losses(experience):
-            time_steps, policy_steps, next_time_steps = agent._as_transition(experience)
-            return {
-                "actor": lambda: agent.actor_loss(time_steps, training=True),
-                "critic": lambda: agent.critic_loss(
-                    time_steps, policy_steps.action, next_time_steps, training=True),
-            }
-
-        return BuiltAgent(
-            agent,
-            export_model(observation_shape, actor.layers),
-            "action",
-            {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
-            actor,
-            groups,
-            losses,
-        )
+        return deterministic_actor_critic(agent, observation_shape, actor, actor_optimizer,
+                                          critic_optimizer, groups)
 
     def layer_shapes(self, observation_shape, action, hidden):
         n_obs, n_act = int(np.prod(observation_shape)), int(np.prod(action["shape"]))
