@@ -53,10 +53,13 @@ class Link:
         self.connected = True
         self.fatal: str | None = None
         self.stopping = threading.Event()
+        self._draining = threading.Event()  # stop() has begun: no new sends, answers awaited
         self._down_since = time.monotonic()
         self._rng = random.Random()
         self._results: queue.Queue = queue.Queue()
         self._in_flight: dict[int, grpc.Future] = {}
+        self._unanswered = 0  # sends the learner has not answered yet, given-up ones too
+        self._count_lock = threading.Lock()
         self._retried: set[int] = set()  # seqs resent after FAILED_PRECONDITION
         self._room = threading.Condition()
         self._reconnect = threading.Event()
@@ -86,13 +89,23 @@ class Link:
         self.wake()
 
     def stop(self) -> None:
-        """Wait up to DRAIN_SECONDS for batches in flight, then stop sending."""
+        """Send nothing new; wait up to DRAIN_SECONDS for every answer still owed; stop.
+
+        Sends given up on when the link went down are waited for too: a stopping learner
+        refuses new batches at once while older ones still wait for their fsync, so a refusal
+        can arrive first, and the OK that follows it says the batch is in the learner's replay.
+        What was never sent stays in the spool.
+        """
+        self._draining.set()
+        self.wake()
         deadline = time.monotonic() + DRAIN_SECONDS
-        while self._in_flight and self.connected and time.monotonic() < deadline:
+        while self._unanswered and time.monotonic() < deadline and self.fatal is None:
             time.sleep(0.05)
         self.stopping.set()
         self.wake()
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._settle_answered()
         self._notify()
 
     # -- the sending thread ---------------------------------------------------------------------
@@ -107,10 +120,12 @@ class Link:
                 if self._reconnect.is_set():
                     self._reconnect.clear()
                     self._link_down("the learner restarted or stopped answering")
-                if not self.connected:
+                draining = self._draining.is_set()
+                if not self.connected and not draining:
                     self._connect()
                     continue
-                self._fill()
+                if not draining:
+                    self._fill()
                 try:
                     item = self._results.get(timeout=0.5)
                 except queue.Empty:
@@ -125,6 +140,16 @@ class Link:
         finally:
             self._notify()
 
+    def _settle_answered(self) -> None:
+        """Once the thread is gone: record the OKs that came in after it stopped looking."""
+        while True:
+            try:
+                item = self._results.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and item[1].done() and item[1].exception() is None:
+                self.spool.settle(item[0], acked=True)
+
     def _fill(self) -> None:
         for seq in self.spool.unacked():
             if len(self._in_flight) >= self.window:
@@ -134,9 +159,17 @@ class Link:
             data = self.spool.read(seq)
             if data is None:
                 continue
+            with self._count_lock:
+                self._unanswered += 1
             future = self.client.insert(data)
             self._in_flight[seq] = future
-            future.add_done_callback(lambda f, s=seq: self._results.put((s, f)))
+            future.add_done_callback(lambda f, s=seq: self._answered(s, f))
+
+    def _answered(self, seq: int, future: grpc.Future) -> None:
+        """gRPC's callback: hand the answer to the sending thread."""
+        self._results.put((seq, future))
+        with self._count_lock:
+            self._unanswered -= 1
 
     def _settle(self, seq: int, future: grpc.Future) -> None:
         error = future.exception()
@@ -187,7 +220,7 @@ class Link:
     def _connect(self) -> None:
         """Hello until the learner answers, with backoff; then resend what is spooled."""
         attempt = 0
-        while not self.stopping.is_set():
+        while not self._draining.is_set():
             try:
                 reply = self.client.hello_once(timeout=5.0)
             except grpc.RpcError as err:
@@ -197,7 +230,7 @@ class Link:
                 delay = backoff(attempt, self._rng)
                 log.debug("hello failed (%s); next try in %.1f s", err.code().name, delay)
                 attempt += 1
-                self.stopping.wait(delay)
+                self._draining.wait(delay)
                 continue
             self.spool.join_run(reply.run_id, reply.next_seq)
             self.session = reply.learner_session

@@ -5,6 +5,7 @@ Exchange is played by the test (take a batch, mark it inserted, ack it).
 """
 
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -15,6 +16,8 @@ from edge_rl.device import wire_pb2, wire_pb2_grpc
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.device.link import Link
+from edge_rl.device.spool import Spool, read_acked
 from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, BatchCosts, encode_batch
 from edge_rl.exchange import Exchange, Ledger
 from edge_rl.replay_log import ReplayLog
@@ -200,3 +203,47 @@ def test_ledger_reads_the_old_prefix_format_and_keeps_ranges_few():
     assert ledger.state() == {"a": [[0, 100], [101, 200]]}
     ledger.add("a", 100)
     assert ledger.state() == {"a": [[0, 200]]} and ledger.count("a") == 200
+
+
+def test_an_ok_that_comes_after_a_refusal_is_still_recorded(tmp_path):
+    """A stopping learner refuses a new batch at once while an older one, already in its
+    replay, still waits for its fsync: the actor's link sees the refusal first and goes down.
+    Stopping, it must still wait for the older batch's OK and record it as acked, or the
+    learner's ledger holds a batch its actor believes was never delivered."""
+    run = RunInfo(
+        run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
+        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
+        lockstep=False, num_envs=1, seed=0,
+        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"),
+    )
+    replay_log = ReplayLog(tmp_path / "log")
+    exchange = Exchange(replay_log)
+    server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
+    client = LearnerClient(f"127.0.0.1:{port}", "actor-a", incarnation=11)
+    hello = client.hello()
+    spool = Spool(tmp_path / "spool", max_bytes=10**7)
+    spool.join_run(hello.run_id, hello.next_seq)
+    link = Link(client, spool, window=2, session=hello.learner_session)
+    try:
+        replay_log._fd_lock.acquire()  # the disk is slow: nothing becomes durable for now
+        spool.add(0, batch_bytes(0))
+        link.wake()
+        pending = exchange.batches.get(timeout=10)
+        exchange.inserted(pending)  # in the learner's replay and ledger ...
+        pending.acked.set()  # ... and let go; its OK now waits only for the fsync
+        exchange.stopping.set()
+        spool.add(1, batch_bytes(1))
+        link.wake()  # refused at once: "the learner is stopping"
+        deadline = time.monotonic() + 10
+        while link.connected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not link.connected
+        threading.Timer(0.5, replay_log._fd_lock.release).start()
+        link.stop()
+        assert ("actor-a", 0) in exchange.ledger
+        assert spool.unacked() == [1]  # 0 acked; 1 kept for whoever takes it next
+        assert 0 in read_acked(tmp_path / "spool")
+    finally:
+        client.close()
+        server.stop(grace=0)
+        replay_log.close()
