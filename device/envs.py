@@ -2,25 +2,59 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 import numpy as np
 
 from edge_rl.device.errors import UserError
 
+CONTROL_SUITE = "dm_control/"  # shimmy's namespace: dm_control/<domain>-<task>-v0
+
+
+def _not_settotalmass(record: logging.LogRecord) -> bool:
+    # dm_control's cartpole and cheetah models use a deprecated compiler attribute; MuJoCo
+    # warns about it through absl each time such an env is made, which says nothing to a user
+    return "settotalmass" not in record.getMessage()
+
+
+def register_control_suite() -> None:
+    """Register the DeepMind Control Suite's envs with gymnasium (shimmy does it on import).
+
+    Nothing here renders, so dm_control is told not to look for an OpenGL backend (on a
+    board without a display its search only prints warnings), unless MUJOCO_GL says otherwise.
+    """
+    os.environ.setdefault("MUJOCO_GL", "disable")
+    logging.getLogger("absl").addFilter(_not_settotalmass)
+    try:
+        import dm_control.suite  # noqa: F401
+        import shimmy  # noqa: F401
+    except ImportError as err:
+        raise UserError(
+            f"Control Suite envs need dm_control and shimmy ({err.name or err} is missing): "
+            "pip install 'edge-rl[dmc]'"
+        ) from None
+
 
 def make_env(env_id: str, seed: int | None = None):
-    """gymnasium.make(env_id) with a one-line error for ids that do not resolve.
+    """gymnasium.make(env_id) with a one-line error for ids that do not resolve; dict
+    observations (the Control Suite's) come flattened into one float vector.
 
     `package.module:EnvId` imports the module first (it registers the env), as gymnasium does.
     """
     import gymnasium as gym
 
+    if env_id.startswith(CONTROL_SUITE):
+        register_control_suite()
     try:
         env = gym.make(env_id)
     except (gym.error.Error, ModuleNotFoundError, ImportError, AttributeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot make env {env_id!r}: {reason}") from None
+    if isinstance(env.observation_space, gym.spaces.Dict):
+        # keys in the space's order, which for the Control Suite is the task's own
+        env = gym.wrappers.FlattenObservation(env)
     if seed is not None:
         env.reset(seed=seed)
         env.action_space.seed(seed)

@@ -1,14 +1,15 @@
 """ActorQ's comparison, resumable: fp32, fp16 and int8 actors against one fp32 learner.
 
-    python tools/actorq_compare.py [--suite quantization|framework|actor-bound|all] [--seeds 0 1 2]
-        [--steps-dqn N] [--steps-td3 N] [--steps-actor-bound N] [--out runs/actorq]
+    python tools/actorq_compare.py [--suite quantization|framework|actor-bound|d4pg|all]
+        [--seeds 0 1 2] [--steps-dqn N] [--steps-td3 N] [--steps-actor-bound N]
+        [--steps-d4pg N] [--out runs/actorq]
         [--only REGEX] [--max-runs N] [--dry-run] [--report-only] [--report-dir DIR]
         [--threshold ENV=RETURN ...]
 
 Reproduces the comparison of ActorQ (QuaRL, TMLR 2022): the learner always trains in fp32
 and only the precision of the policy the actors explore with changes (q=32, 16, 8); the
 metrics are the wall-clock time to reach a return threshold (speed-up = time(fp32) /
-time(int8)), the final return, and energy and CO2. Three suites:
+time(int8)), the final return, and energy and CO2. Four suites:
 
 - quantization: DQN on CartPole-v1 and TD3 on HalfCheetah-v5, edge-rl's defaults otherwise;
 - framework: the same runs with actors that act with TF-Agents' own fp32 policy in
@@ -18,7 +19,9 @@ time(int8)), the final return, and energy and CO2. Three suites:
   updates per env step (Acme's D4PG default: 32 samples per insert at batches of 256), so
   that more of the time goes into the actors' inference (on 2 cores the learner still sets
   the pace: ~80 updates/s with this actor, ~20 core-ms an update against ~0.05 ms of fp32
-  inference an env step).
+  inference an env step);
+- d4pg: ActorQ's own headline setting, D4PG on the DeepMind Control Suite (needs the [dmc]
+  extra), q=32 against q=8, on cartpole-balance and walker-stand, D4PG's defaults.
 
 Each setting and seed is one `edge-rl train` run in OUT/SUITE/NAME, output appended to
 OUT/SUITE/NAME.log. Finished runs are skipped, interrupted ones resumed (--resume), a failed
@@ -44,7 +47,7 @@ log = logging.getLogger("actorq_compare")
 
 EDGE_RL = [sys.executable, "-m", "edge_rl"]
 PRECISIONS = {"quantization": ("fp32", "fp16", "int8"), "framework": ("tf-fp32",),
-              "actor-bound": ("fp32", "fp16", "int8")}
+              "actor-bound": ("fp32", "fp16", "int8"), "d4pg": ("fp32", "int8")}
 EVAL_POINTS = 20  # greedy evaluations per run: the points of the return-vs-time curve
 # Return thresholds passed to `edge-rl report` (--threshold ENV=X overrides or adds one).
 # CartPole-v1: gymnasium's reward_threshold. HalfCheetah-v5 has none here on purpose: its
@@ -58,10 +61,11 @@ THRESHOLDS = {"CartPole-v1": 475.0}
 # in 7.6 s (1780 updates/s); td3 HalfCheetah-v5 --steps 10000 learned at 346 updates/s, i.e.
 # ~340 env steps/s at 1 update per step; the actor-bound setting --steps 15000 learned at
 # 76 (fp32) and 83 (int8) updates/s, i.e. ~640 env steps/s at 0.125 updates per step.
+# d4pg dm_control/cartpole-balance-v0 ran ~380 env steps/s at 1 update per step.
 FIXED_SECONDS = 20.0
 STEPS_PER_SECOND = {("quantization", "dqn"): 2000.0, ("quantization", "td3"): 330.0,
                     ("framework", "dqn"): 2000.0, ("framework", "td3"): 330.0,
-                    ("actor-bound", "td3"): 640.0}
+                    ("actor-bound", "td3"): 640.0, ("d4pg", "d4pg"): 380.0}
 STARTUP_SECONDS = 5.0  # a process's start-up that summary.json's wall-clock leaves out
 
 
@@ -77,7 +81,12 @@ class Setting:
     flags: tuple[str, ...]  # the same for every precision of a suite, algo and env
 
     def name(self, seed: int) -> str:
-        return f"{self.suite}/{self.algo}-{self.env}-{self.precision}-s{seed}"
+        return f"{self.suite}/{self.algo}-{slug(self.env)}-{self.precision}-s{seed}"
+
+
+def slug(env_id: str) -> str:
+    """An env id as one path component (dm_control/cartpole-balance-v0 has a slash)."""
+    return env_id.replace("/", "-")
 
 
 
@@ -116,9 +125,16 @@ def settings_table(args: argparse.Namespace) -> list[Setting]:
          ("--hidden", "1024,1024", "--critic-hidden", "256,256", "--actors", "2",
           "--updates-per-step", "0.125", *eval_flags(args.steps_actor_bound, 5))),
     ]
+    control_suite = [
+        # D4PG's defaults (Acme's): batches of 256, lr 1e-4, 5-step targets, 51 atoms in
+        # [-150, 150]; one update per env step
+        (env, args.steps_d4pg, ("--updates-per-step", "1", *eval_flags(args.steps_d4pg, 5)))
+        for env in ("dm_control/cartpole-balance-v0", "dm_control/walker-stand-v0")
+    ]
+    d4pg = [("d4pg", env, steps, flags) for env, steps, flags in control_suite]
     # the framework baseline: the quantization suite's runs, actors on TF-Agents' policy
     suites = {"quantization": quantization, "framework": quantization,
-              "actor-bound": actor_bound}
+              "actor-bound": actor_bound, "d4pg": d4pg}
     chosen = list(suites) if args.suite == "all" else [args.suite]
     return [Setting(suite, algo, env, precision, steps, flags)
             for suite in chosen for algo, env, steps, flags in suites[suite]
@@ -285,7 +301,7 @@ def write_reports(runs: list[Run], suites: set[str], report_dir: Path,
             reference = "tf-fp32"
             done = done + [r for r in groups.get(("quantization", env), [])
                            if r.setting.precision in ("fp32", "int8")]
-        out = report_dir / f"{suite}-{env}"
+        out = report_dir / f"{suite}-{slug(env)}"
         command = [*EDGE_RL, "report", *(str(r.run_dir) for r in done), "-o", str(out)]
         if env in thresholds:
             command += ["--threshold", str(thresholds[env])]
@@ -338,6 +354,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps-dqn", type=int, default=100_000)
     parser.add_argument("--steps-td3", type=int, default=100_000)
     parser.add_argument("--steps-actor-bound", type=int, default=50_000)
+    parser.add_argument("--steps-d4pg", type=int, default=100_000)
     parser.add_argument("--out", type=Path, default=Path("runs/actorq"))
     parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
     parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")

@@ -1,0 +1,86 @@
+"""The DeepMind Control Suite through shimmy ([dmc] extra), and D4PG on it end to end."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from conftest import edge_rl
+
+from edge_rl.device.envs import describe_env, make_env
+from edge_rl.device.errors import UserError
+
+CARTPOLE = "dm_control/cartpole-balance-v0"
+
+
+def test_control_suite_observations_come_flattened_and_episodes_are_truncated():
+    shape, action = describe_env(CARTPOLE)
+    assert shape == (5,)  # position (3) then velocity (2), the task's own order
+    assert action == {"kind": "continuous", "shape": [1], "low": [-1.0], "high": [1.0]}
+    assert describe_env("dm_control/walker-stand-v0")[0] == (24,)
+
+    first, second = make_env(CARTPOLE, seed=4), make_env(CARTPOLE, seed=4)
+    obs, _ = first.reset(seed=4)
+    assert obs.shape == (5,) and np.array_equal(obs, second.reset(seed=4)[0])
+    # A Control Suite episode is 1000 steps and ends by time, not by failure: truncated, so
+    # the learner bootstraps from its last state.
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated):
+        obs, reward, terminated, truncated, _ = first.step(np.zeros(1, np.float32))
+        steps += 1
+        assert 0.0 <= float(reward) <= 1.0
+    assert (steps, terminated, truncated) == (1000, False, True)
+
+
+def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "shimmy", None)  # as if shimmy were not installed
+    with pytest.raises(UserError, match=r"pip install 'edge-rl\[dmc\]'"):
+        make_env(CARTPOLE)
+    result = edge_rl("eval", "missing.tflite", "--env", "dm_control/nope-v0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_d4pg_on_the_control_suite_resumes_exports_evaluates_and_reports(tmp_path):
+    """Int8 actors in their own processes run the Control Suite env; the run's checkpoint
+    restores the same weights; its export and the device runtime's eval work on it."""
+    from edge_rl.config import TrainConfig
+    from edge_rl.report import build_report, env_filename
+    from edge_rl.train import Training
+
+    out = tmp_path / "run"
+    result = edge_rl("train", "--algo", "d4pg", "--env", CARTPOLE, "--out", out,
+                     "--steps", "3000", "--warmup-steps", "1000", "--hidden", "32,32",
+                     "--batch-size", "64", "--eval-every", "1500", "--eval-episodes", "1",
+                     "--publish-every", "500", "--seed", "0")
+    assert result.returncode == 0, result.stderr[-4000:]
+    first = json.loads((out / "summary.json").read_text())
+    assert (first["algo"], first["env"], first["precision"]) == ("d4pg", CARTPOLE, "int8")
+    assert first["updates"] > 500 and first["policies_published"] >= 1
+    assert 0.0 <= first["final_return"]["mean"] <= 1000.0
+    assert first["energy"]["joules"] > 0
+    assert first["time_breakdown"]["actors"]["inference"] > 0
+    assert "ai_edge_litert" in (out / "logs" / "actor-0.log").read_text()
+
+    config = TrainConfig.load(out / "config.json").replace(steps=4000)
+    resumed = Training(config, resume=True)
+    assert resumed.learner.updates == first["updates"]
+    # batches that arrived after the learner's last step went into the replay log unacked:
+    # a resume takes them in (their actors kept them too; the ledger refuses them twice)
+    assert first["steps"] <= resumed.state.env_steps <= first["steps"] + 4 * 64
+    resumed.started = resumed.wall_before = 0.0
+    # the same weights give the same int8 policy, hence the same greedy return
+    assert resumed.evaluate_now().mean == first["final_return"]["mean"]
+
+    exported = tmp_path / "p8.tflite"
+    result = edge_rl("export", out, "--int8", "-o", exported, "--verify-episodes", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "greedy return (int8)" in result.stdout
+    result = edge_rl("eval", exported, "--episodes", "1")  # the env id comes from the file
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 0.0 <= float(result.stdout.split("return: ")[1].split()[0]) <= 1000.0
+
+    report = tmp_path / "report"
+    build_report([out], report)
+    assert "d4pg int8" in (report / "report.md").read_text()
+    assert (report / f"returns_vs_time_{env_filename(CARTPOLE)}.png").stat().st_size > 1000
