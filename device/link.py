@@ -58,8 +58,7 @@ class Link:
         self._rng = random.Random()
         self._results: queue.Queue = queue.Queue()
         self._in_flight: dict[int, grpc.Future] = {}
-        self._unanswered = 0  # sends the learner has not answered yet, given-up ones too
-        self._count_lock = threading.Lock()
+        self._unsettled = 0  # sends whose answer is not settled yet, given-up ones too
         self._retried: set[int] = set()  # seqs resent after FAILED_PRECONDITION
         self._room = threading.Condition()
         self._reconnect = threading.Event()
@@ -99,13 +98,11 @@ class Link:
         self._draining.set()
         self.wake()
         deadline = time.monotonic() + DRAIN_SECONDS
-        while self._unanswered and time.monotonic() < deadline and self.fatal is None:
+        while self._unsettled and time.monotonic() < deadline and self.fatal is None:
             time.sleep(0.05)
         self.stopping.set()
         self.wake()
         self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self._settle_answered()
         self._notify()
 
     # -- the sending thread ---------------------------------------------------------------------
@@ -140,16 +137,6 @@ class Link:
         finally:
             self._notify()
 
-    def _settle_answered(self) -> None:
-        """Once the thread is gone: record the OKs that came in after it stopped looking."""
-        while True:
-            try:
-                item = self._results.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None and item[1].done() and item[1].exception() is None:
-                self.spool.settle(item[0], acked=True)
-
     def _fill(self) -> None:
         for seq in self.spool.unacked():
             if len(self._in_flight) >= self.window:
@@ -159,19 +146,13 @@ class Link:
             data = self.spool.read(seq)
             if data is None:
                 continue
-            with self._count_lock:
-                self._unanswered += 1
             future = self.client.insert(data)
             self._in_flight[seq] = future
-            future.add_done_callback(lambda f, s=seq: self._answered(s, f))
-
-    def _answered(self, seq: int, future: grpc.Future) -> None:
-        """gRPC's callback: hand the answer to the sending thread."""
-        self._results.put((seq, future))
-        with self._count_lock:
-            self._unanswered -= 1
+            self._unsettled += 1
+            future.add_done_callback(lambda f, s=seq: self._results.put((s, f)))
 
     def _settle(self, seq: int, future: grpc.Future) -> None:
+        self._unsettled -= 1  # only this thread counts, so stop() can read it without a lock
         error = future.exception()
         if self._in_flight.get(seq) is not future:
             # A send given up on when the link went down. Its OK still counts: the learner

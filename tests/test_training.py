@@ -130,13 +130,13 @@ def test_continuous_control_beats_minus_400_on_pendulum(algo, precision, tmp_pat
     it runs in lockstep, reproducibly: seed 0 reaches -303 at 7.5k steps and -150 at 10k (a
     free-running seed-0 run ended at -442 once in CI)."""
     out = tmp_path / algo
-    support = ["--v-min", "-1600", "--v-max", "0", "--lockstep"] if algo == "d4pg" else []
+    d4pg_flags = ["--v-min", "-1600", "--v-max", "0", "--lockstep"] if algo == "d4pg" else []
     summary = train(
         out, "--algo", algo, "--env", "Pendulum-v1", "--steps", "15000",
         "--hidden", "64,64", "--batch-size", "128", "--warmup-steps", "1000",
         "--learning-rate", "0.001", "--eval-every", "2500", "--eval-episodes", "10",
         "--publish-every", "1000", "--target-return", "-250", "--seed", "0",
-        "--actor-precision", precision, *support,
+        "--actor-precision", precision, *d4pg_flags,
     )
     assert summary["best_return"]["mean"] > -400
     # flow control: the learner trails the samples-per-insert target (1 update per step after
