@@ -12,7 +12,9 @@ policy file by copying the template's bytes and overwriting, at offsets found on
     same way, whose every intermediate tensor is a graph output (so none is computed in place
     and lost); its ops line up one to one with the int8 model's, less the QUANTIZE at the
     input and the DEQUANTIZE at the output;
-  * the metadata JSON, written into room the template reserved for it.
+  * the metadata JSON, written into room the template reserved for it;
+  * for int8 networks with per-feature input scales (see edge_rl.converters.tflite), the
+    scales, found anew from each calibration and multiplied into the first kernel's rows.
 None of these change size. A network the patcher cannot reproduce (an op whose quantization
 it does not know, a weight folded into another constant) raises NotPatchable when the
 patcher is built; callers then convert every time.
@@ -37,8 +39,9 @@ from edge_rl.converters.tflite import (
     attach_metadata,
     calibration_rows,
     convert,
+    input_scales,
 )
-from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
+from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata, read_policy_metadata
 from edge_rl.device.tflite_file import buffer_span, quantization_spans
 from edge_rl.tf_setup import tf
 
@@ -170,10 +173,14 @@ class PolicyPatcher:
         finally:
             for layer, weights in zip(self.layers, real, strict=True):
                 layer.set_weights(weights)
-        template = attach_metadata(template, metadata, spare_bytes=METADATA_SPARE_BYTES)
+        # int8 networks starting with a Dense layer take scaled inputs (its kernel rows scaled)
+        template_scales = read_policy_metadata(template).input_scale
+        self.scales_input = template_scales is not None
+        template = attach_metadata(template, replace(metadata, input_scale=template_scales),
+                                   spare_bytes=METADATA_SPARE_BYTES)
         self.layout = _Layout(template, self.layers)
         self.twin = _Layout(_all_tensors_as_outputs(twin), self.layers)
-        self._check_numbers(self.layout, probes)
+        self._check_numbers(self.layout, _scale_first_kernel(probes, template_scales))
         self._check_numbers(self.twin, probes)
         if precision == "int8":
             self.activations = self._line_up_activations()
@@ -246,7 +253,13 @@ class PolicyPatcher:
         if self.precision == "int8":
             if calibration is None:
                 raise ValueError("int8 policies need calibration observations")
-            self._write_int8(out, weights, calibration_rows(calibration, self.observation_shape))
+            rows = calibration_rows(calibration, self.observation_shape)
+            if self.scales_input:
+                scales = input_scales(rows)
+                rows = rows / scales.reshape(self.observation_shape)
+                weights = _scale_first_kernel(weights, scales)
+                metadata = replace(metadata, input_scale=tuple(float(x) for x in scales))
+            self._write_int8(out, weights, rows)
         else:
             for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
                 _write(out, dense.weight.data, kernel.T.astype(dense.weight.dtype))
@@ -302,6 +315,15 @@ class PolicyPatcher:
         interpreter.invoke()
         wanted = {a.source for a in self.activations if a.rule == "data"}
         return {tensor: interpreter.get_tensor(tensor) for tensor in wanted}
+
+
+def _scale_first_kernel(weights: list, scales: Any) -> list:
+    """[(kernel, bias)] with the first kernel's row i multiplied by scales[i] (None: as is)."""
+    if scales is None:
+        return weights
+    kernel, bias = weights[0]
+    scaled = kernel * np.asarray(scales, np.float32).reshape(-1, 1)
+    return [(scaled, bias), *weights[1:]]
 
 
 def _same_range(graph: Any, tensor: int, other: int) -> bool:

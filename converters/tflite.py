@@ -8,6 +8,14 @@ output. It is traced with a fixed batch of 1; the device runtime resizes the inp
 batches (`convert` checks that this works). "int8" quantizes weights and activations with
 observations as the representative dataset but keeps float32 input and output, so the device
 feeds and reads floats whatever the precision.
+
+An int8 network's input is quantized with one scale for the whole observation, so when its
+features have very different ranges (angles in [-1, 1], velocities of +-50) the narrow ones
+get a few int8 levels. When the network starts with a Dense layer, "int8" therefore gives each
+feature its own scale: the kernel's row for feature i is multiplied by s_i (its largest
+|value| in the calibration rows) before quantizing, and the file's metadata carries the s_i
+(`input_scale`), by which the device divides observations before it runs the network. A Mul
+inside the graph would not do: its output would be quantized with one scale again.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +39,9 @@ PRECISIONS = ("fp32", "fp16", "int8")
 
 # Calibration rows fed to the int8 quantizer, one at a time with batch 1.
 MAX_CALIBRATION_ROWS = 500
+# A feature whose calibration range is narrower than this fraction of the widest feature's is
+# scaled as if it were that wide (a feature that stayed 0 must not be blown up to the grid).
+INPUT_SCALE_FLOOR = 1e-3
 
 _OP = schema.BuiltinOperator
 # op -> (input index of its weights, input index of its bias or None)
@@ -73,11 +85,16 @@ def convert(
         )
     obs_shape = tuple(int(d) for d in metadata.observation_shape)
     _check_model(model, obs_shape)
-    rows = None
+    rows = scales = first = None
     if precision == "int8":
         if calibration is None:
             raise ValueError("int8 conversion needs calibration observations")
         rows = calibration_rows(calibration, obs_shape)
+        first = input_layer(model, obs_shape)
+        if first is not None:
+            scales = input_scales(rows)
+            rows = rows / scales.reshape(obs_shape)
+            metadata = replace(metadata, input_scale=tuple(float(x) for x in scales))
 
     @tf.function(input_signature=[tf.TensorSpec([1, *obs_shape], tf.float32, name="observation")])
     def policy(observation):
@@ -98,10 +115,49 @@ def convert(
     if sparse_encoding:
         converter.optimizations = [*converter.optimizations,
                                    tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
-    with _quiet_stderr():
+    # the variables are read when the converter freezes them, so the scaled kernel is only
+    # needed for the duration of the conversion
+    with scaled_kernel_rows(first, scales), _quiet_stderr():
         flat = converter.convert()
         _check_batches(flat, obs_shape)
     return attach_metadata(flat, metadata)
+
+
+def input_layer(model: Any, obs_shape: tuple[int, ...]) -> Any:
+    """The Dense layer the network starts with, whose kernel rows are the observation's
+    features; None when the network starts otherwise (it then keeps one input scale)."""
+    if len(obs_shape) != 1:
+        return None
+    layers = [layer for layer in getattr(model, "layers", [])
+              if not isinstance(layer, tf.keras.layers.InputLayer)]
+    if not layers or not isinstance(layers[0], tf.keras.layers.Dense):
+        return None
+    kernel = getattr(layers[0], "kernel", None)
+    if kernel is None or tuple(kernel.shape)[0] != obs_shape[0]:
+        return None
+    return layers[0]
+
+
+def input_scales(rows: np.ndarray) -> np.ndarray:
+    """Each feature's largest |value| over calibration `rows` (floored at INPUT_SCALE_FLOOR of
+    the largest), to 6 significant digits: numbers that the metadata's JSON keeps exactly."""
+    absmax = np.abs(rows.reshape(len(rows), -1).astype(np.float64)).max(axis=0)
+    scales = np.maximum(absmax, max(float(absmax.max()) * INPUT_SCALE_FLOOR, 1e-6))
+    return np.array([float(f"{x:.6g}") for x in scales], np.float32)
+
+
+@contextlib.contextmanager
+def scaled_kernel_rows(layer: Any, scales: np.ndarray | None) -> Iterator[None]:
+    """`layer`'s kernel with row i multiplied by scales[i] for the duration; then put back."""
+    if layer is None or scales is None:
+        yield
+        return
+    kernel = layer.kernel.numpy()
+    layer.kernel.assign(kernel * scales.reshape(-1, 1))
+    try:
+        yield
+    finally:
+        layer.kernel.assign(kernel)
 
 
 def calibration_rows(calibration: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
@@ -133,6 +189,12 @@ def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata, spare_bytes: i
     data = np.frombuffer(text, dtype=np.uint8).copy()
     entries = list(model.metadata or [])
     ours = [m for m in entries if _text(m.name) == METADATA_NAME]
+    if ours and metadata.input_scale is None:
+        stored = model.buffers[ours[0].buffer].data
+        old = b"" if stored is None else bytes(stored)
+        if b'"input_scale"' in old:  # a network built for scaled inputs, fed raw ones: wrong
+            raise ValueError("this network takes observations divided by the input scales in "
+                             "its metadata; the new metadata must keep them")
     if ours:
         # Reuse the first entry's buffer; empty the buffers of any duplicates.
         model.buffers[ours[0].buffer].data = data

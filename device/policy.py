@@ -51,6 +51,11 @@ class Policy:
                 f"the network takes inputs of shape {list(inputs[0]['shape'][1:])}, the metadata "
                 f"says observations have shape {list(meta.observation_shape)}"
             )
+        # Format 2 files: the network expects each feature divided by its input scale
+        self._input_multiplier = None
+        if meta.input_scale is not None:
+            self._input_multiplier = (1.0 / np.asarray(meta.input_scale, np.float32)).reshape(
+                meta.observation_shape)
         self.low = self.high = None
         if meta.action["kind"] == "continuous":
             self.low = np.asarray(meta.action["low"], np.float32)
@@ -77,6 +82,8 @@ class Policy:
     def outputs(self, observations: np.ndarray) -> np.ndarray:
         """The network's output for a batch of observations, as float32."""
         obs = np.asarray(observations, dtype=np.float32)
+        if self._input_multiplier is not None:
+            obs = obs * self._input_multiplier
         if obs.shape[0] != self._batch:
             self._interpreter.resize_tensor_input(self._input_index, list(obs.shape))
             self._interpreter.allocate_tensors()

@@ -2,7 +2,10 @@
 
 The metadata is a JSON document in the .tflite model's `metadata` table under the name
 `METADATA_NAME`: env id, observation and action specs, action bounds, algorithm, precision,
-what the network outputs, policy version and training step.
+what the network outputs, policy version and training step. Format 2 adds `input_scale`: an
+int8 network whose first layer was built for observations divided feature by feature by these
+numbers (so that every feature spans the int8 input grid, not just the widest one); a runtime
+that reads only format 1 refuses such a file rather than feed it raw observations.
 
 A sparse network's policy travels and is stored xz-compressed (`pack_policy`): its int8 zeros
 compress well, and the stdlib's lzma is on every board. Everything that reads a policy file
@@ -25,7 +28,8 @@ __all__ = [
 ]
 
 METADATA_NAME = "edge_rl.policy"
-METADATA_FORMAT = 1
+METADATA_FORMAT = 1  # a file without input scales (what runtimes before format 2 read)
+SCALED_INPUT_FORMAT = 2  # a file with input scales
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 MAX_POLICY_BYTES = 256 << 20  # a policy that unpacks to more than this is refused
@@ -47,29 +51,45 @@ class PolicyMetadata:
     policy_version: int = 0
     train_step: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    format: int = METADATA_FORMAT
+    # The network takes observation / input_scale (flattened, one number a feature); None: as is
+    input_scale: tuple[float, ...] | None = None
 
     @property
     def discrete(self) -> bool:
         return self.action["kind"] == "discrete"
 
+    @property
+    def format(self) -> int:
+        return METADATA_FORMAT if self.input_scale is None else SCALED_INPUT_FORMAT
+
     def to_json(self) -> bytes:
         doc = asdict(self)
         doc["observation_shape"] = list(self.observation_shape)
+        doc["format"] = self.format
+        if self.input_scale is None:
+            del doc["input_scale"]  # a format 1 document, as older runtimes read it
+        else:
+            doc["input_scale"] = list(self.input_scale)
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> PolicyMetadata:
         doc = json.loads(data.decode())
-        if doc.get("format") != METADATA_FORMAT:
+        version = doc.pop("format", None)
+        if version not in (METADATA_FORMAT, SCALED_INPUT_FORMAT):
             raise PolicyFileError(
-                f"policy metadata format {doc.get('format')} is not supported "
-                f"(this runtime reads format {METADATA_FORMAT})"
+                f"policy metadata format {version} is not supported (this runtime reads formats "
+                f"{METADATA_FORMAT} and {SCALED_INPUT_FORMAT})"
             )
         doc["observation_shape"] = tuple(doc["observation_shape"])
         if doc.get("output") not in OUTPUT_KINDS:
             raise PolicyFileError(f"policy metadata names an unknown output {doc.get('output')!r}")
         _check_action(doc.get("action"))
+        if version == SCALED_INPUT_FORMAT:
+            doc["input_scale"] = _checked_input_scale(doc.get("input_scale"),
+                                                      doc["observation_shape"])
+        elif "input_scale" in doc:
+            raise PolicyFileError("format 1 policy metadata cannot carry input scales")
         return cls(**doc)
 
 
@@ -86,6 +106,18 @@ def _check_action(action: Any) -> None:
             raise PolicyFileError("policy metadata gives bad action bounds")
     else:
         raise PolicyFileError(f"policy metadata names an unknown action kind {kind!r}")
+
+
+def _checked_input_scale(scale: Any, observation_shape: tuple[int, ...]) -> tuple[float, ...]:
+    """Input scales must be positive finite numbers, one for each observation feature."""
+    features = 1
+    for d in observation_shape:
+        features *= int(d)
+    if not isinstance(scale, list) or len(scale) != features or not all(
+        isinstance(s, int | float) and 0 < s < float("inf") for s in scale
+    ):
+        raise PolicyFileError(f"policy metadata needs {features} positive input scales")
+    return tuple(float(s) for s in scale)
 
 
 def pack_policy(model: bytes, preset: int = 6) -> bytes:

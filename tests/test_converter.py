@@ -1,5 +1,8 @@
 """Keras -> TFLite policy files: precisions, metadata, accuracy, runtimes, corrupt files."""
 
+import json
+from dataclasses import replace
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ import pytest
 from edge_rl.converters import (
     attach_metadata,
     bias_dtypes,
+    calibration_rows,
     compare_policies,
     convert,
     verification_report,
@@ -162,9 +166,14 @@ def test_unknown_precision_and_int8_without_calibration_are_refused(cartpole):
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_metadata_round_trips(precision, cartpole, pendulum, litert):
-    nets = ((cartpole[3], cartpole_metadata), (pendulum[3], pendulum_metadata))
-    for files, make_metadata in nets:
+    nets = ((cartpole, cartpole_metadata), (pendulum, pendulum_metadata))
+    for (_, calibration, _, files), make_metadata in nets:
         expected = make_metadata(precision)
+        if precision == "int8":  # each feature's largest |value| in the calibration rows
+            absmax = np.abs(calibration_rows(calibration, expected.observation_shape)).max(0)
+            scales = read_policy_metadata(files[precision]).input_scale
+            np.testing.assert_allclose(scales, absmax, rtol=1e-5)
+            expected = replace(expected, input_scale=scales)
         meta = read_policy_metadata(files[precision])
         assert meta == expected
         for name in expected.__dataclass_fields__:  # field by field, for a readable failure
@@ -176,7 +185,9 @@ def test_metadata_round_trips(precision, cartpole, pendulum, litert):
 def test_attach_metadata_keeps_other_entries_and_replaces_its_own(cartpole, litert):
     flat = cartpole[3]["int8"]
     runtime_version = read_metadata_entries(flat)["min_runtime_version"]
-    newer = PolicyMetadata(**{**cartpole_metadata("int8").__dict__, "policy_version": 8})
+    with pytest.raises(ValueError, match="input scales"):  # the file's network needs them
+        attach_metadata(flat, replace(cartpole_metadata("int8"), policy_version=8))
+    newer = replace(read_policy_metadata(flat), policy_version=8)
     again = attach_metadata(flat, newer)
     entries = read_metadata_entries(again)
     assert entries["min_runtime_version"] == runtime_version
@@ -240,6 +251,63 @@ def test_int8_discrete_greedy_actions_agree_with_fp32(cartpole, litert):
     assert numbers["agreement"] >= 0.95, numbers
     assert candidate.output_quantization[0] > 0.0
     assert "agree" in verification_report(numbers, candidate, reference)
+
+
+def mixed_range_network():
+    """8 features, the last four 50x wider than the first four, and a first layer that weighs
+    them back to a common footing, as a trained network does: every feature matters."""
+    tf.keras.utils.set_random_seed(0)
+    inputs = tf.keras.Input((8,))
+    first = dense(64, 21, "relu")
+    x = first(inputs)
+    x = dense(64, 22, "relu")(x)
+    outputs = dense(2, 23, "tanh")(x)
+    model = tf.keras.Model(inputs, outputs)
+    kernel, bias = first.get_weights()
+    first.set_weights([kernel / WIDTHS[:, None], bias])
+    return model
+
+
+WIDTHS = np.array([1, 1, 1, 1, 50, 50, 50, 50], np.float32)
+
+
+def test_int8_gives_each_input_feature_its_own_scale(litert):
+    """With one input scale for all features, the narrow ones get few int8 levels (about 5
+    here); with one scale a feature, each spans the grid, and the actions follow the fp32
+    network's much more closely."""
+    rng = np.random.default_rng(0)
+    calibration, test = (rng.uniform(-1, 1, (n, 8)).astype(np.float32) * WIDTHS
+                         for n in (500, 2000))
+    model = mixed_range_network()
+    meta = replace(pendulum_metadata("fp32"), observation_shape=(8,), action={
+        "kind": "continuous", "shape": [2], "low": [-1.0, -1.0], "high": [1.0, 1.0]})
+    reference = Policy(convert(model, "fp32", None, meta), runtime=litert)
+    per_feature = Policy(convert(model, "int8", calibration, replace(meta, precision="int8")),
+                         runtime=litert)
+    # A layer in front of the first Dense (identity here) leaves one scale for the input.
+    wrapped = tf.keras.Sequential([tf.keras.layers.Lambda(lambda x: x), model])
+    wrapped.build((None, 8))
+    one_scale = Policy(convert(wrapped, "int8", calibration, replace(meta, precision="int8")),
+                       runtime=litert)
+    np.testing.assert_allclose(per_feature.metadata.input_scale,
+                               np.abs(calibration).max(axis=0), rtol=1e-5)
+    assert one_scale.metadata.input_scale is None
+    errors = {name: compare_policies(reference, policy, test)["mean_action_error"]
+              for name, policy in (("per_feature", per_feature), ("one_scale", one_scale))}
+    assert errors["per_feature"] < 0.5 * errors["one_scale"], errors
+
+
+def test_input_scales_in_metadata_are_checked():
+    good = replace(pendulum_metadata("int8"), input_scale=(1.0, 2.0, 8.0))
+    assert good.format == 2 and PolicyMetadata.from_json(good.to_json()) == good
+    assert pendulum_metadata("fp32").format == 1  # what runtimes before scales read
+    assert b"input_scale" not in pendulum_metadata("fp32").to_json()
+    for bad in ([1.0, 2.0], [1.0, 0.0, 2.0], [1.0, "x", 2.0], None):
+        doc = good.to_json().replace(b"[1.0, 2.0, 8.0]", json.dumps(bad).encode())
+        with pytest.raises(PolicyFileError, match="input scales"):
+            PolicyMetadata.from_json(doc)
+    with pytest.raises(PolicyFileError, match="format 3"):
+        PolicyMetadata.from_json(good.to_json().replace(b'"format": 2', b'"format": 3'))
 
 
 def test_litert_and_tflite_runtime_pick_the_same_actions(cartpole, litert):

@@ -53,9 +53,13 @@ def test_patched_policy_matches_a_fresh_conversion(algo, precision):
     for version in (2, 3):
         train_a_little(patcher.layers, rng)
         new_meta = replace(meta, policy_version=version, train_step=1000 * version)
+        # new observations each time: the int8 input scales follow them
+        calibration = recorded_observations(CASES[algo], 500, seed=version + 2)
         patched = Policy(patcher.write(calibration, new_meta))
         fresh = Policy(convert(model, precision, calibration, new_meta))
-        assert patched.metadata == new_meta
+        assert patched.metadata == fresh.metadata
+        assert replace(patched.metadata, input_scale=None) == new_meta
+        assert (patched.metadata.input_scale is not None) == (precision == "int8")
         gap = np.abs(patched.outputs(test) - fresh.outputs(test)).max()
         if precision == "int8":
             step = fresh.output_quantization[0]

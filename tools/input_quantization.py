@@ -6,7 +6,9 @@
 
 An int8 policy keeps a float32 input, but its first operator quantizes the whole observation
 vector with one scale. When features of very different ranges share that vector (angles in
-[-1, 1] next to velocities of ±50), the small ones get only a few int8 levels. This rolls out
+[-1, 1] next to velocities of ±50), the small ones get only a few int8 levels, unless the file
+has per-feature input scales (metadata format 2: observations are divided by them first, and
+the grid below is in those units). This rolls out
 the fp32 policy with Gaussian exploration noise, then compares on the observations it saw:
 the fp32 policy fed observations rounded to the int8 input grid, and the int8 policy itself,
 each against the fp32 policy's actions. Continuous actions only. Device runtime only (no TF).
@@ -61,9 +63,10 @@ def main() -> None:
     if fp32.metadata.action["kind"] != "continuous":
         raise SystemExit("continuous actions only")
     scale, zero_point = input_grid(int8)
+    per_feature = np.asarray(int8.metadata.input_scale or 1.0, np.float32)
     observations = rollout(fp32, args.steps, args.noise, args.seed)
-    on_grid = (np.clip(np.round(observations / scale) + zero_point, -128, 127)
-               - zero_point) * scale
+    on_grid = (np.clip(np.round(observations / per_feature / scale) + zero_point, -128, 127)
+               - zero_point) * scale * per_feature
 
     def actions(policy, rows: np.ndarray) -> np.ndarray:
         return np.concatenate([policy.act(row[None].astype(np.float32)) for row in rows])
@@ -71,9 +74,10 @@ def main() -> None:
     reference = actions(fp32, observations)
     span = np.abs(observations).max(axis=0)
     print(f"{fp32.metadata.env_id}: {len(observations)} observations; int8 input scale "
-          f"{scale:.4g} (zero point {zero_point})")
+          f"{scale:.4g} (zero point {zero_point}), "
+          + ("one a feature" if int8.metadata.input_scale else "one for all features"))
     print("levels across each feature's range: "
-          + " ".join(str(int(2 * s / scale) + 1) for s in span))
+          + " ".join(str(int(2 * s / scale) + 1) for s in span / per_feature))
     for name, got in (("fp32 fed the int8 input grid", actions(fp32, on_grid)),
                       ("the int8 policy", actions(int8, observations))):
         error = np.abs(got - reference)
