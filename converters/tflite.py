@@ -1,4 +1,4 @@
-"""Keras actor network -> TFLite policy file (fp32, fp16 or int8) carrying edge-rl's metadata.
+"""Keras actor network -> TFLite policy file (fp32, fp16, int8, edgetpu) with edge-rl's metadata.
 
     flat = convert(model, "int8", calibration=observations, metadata=meta)
     Path("policy.tflite").write_bytes(flat)
@@ -16,12 +16,19 @@ feature its own scale: the kernel's row for feature i is multiplied by s_i (its 
 |value| in the calibration rows) before quantizing, and the file's metadata carries the s_i
 (`input_scale`), by which the device divides observations before it runs the network. A Mul
 inside the graph would not do: its output would be quantized with one scale again.
+
+"edgetpu" is int8 made for Coral's Edge TPU (see edge_rl.converters.edgetpu): int8 input and
+output too (no float QUANTIZE/DEQUANTIZE at the boundary: the device quantizes observations
+and dequantizes outputs itself), one scale per weight tensor, shapes fixed at batch 1 (the
+Edge TPU compiler compiles them in; the batch-resize check is skipped), the same per-feature
+input scales, and the result checked against Coral's requirements (ValueError if it fails).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -32,10 +39,13 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from edge_rl.converters.edgetpu import check_edgetpu
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.tf_setup import tf
 
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "edgetpu")
+# Precisions with int8 weights and activations, calibrated on observations.
+INTEGER_PRECISIONS = ("int8", "edgetpu")
 
 # Calibration rows fed to the int8 quantizer, one at a time with batch 1.
 MAX_CALIBRATION_ROWS = 500
@@ -71,11 +81,14 @@ def convert(
 ) -> bytes:
     """A TFLite policy file (bytes) for a Keras `model` at `precision`, with `metadata` attached.
 
-    precision: "fp32" (plain), "fp16" (float16 weights) or "int8" (int8 weights and
+    precision: "fp32" (plain), "fp16" (float16 weights), "int8" (int8 weights and
     activations, float32 input and output; needs `calibration`, rows of real observations of
-    shape [n, *observation_shape], of which up to MAX_CALIBRATION_ROWS are used).
+    shape [n, *observation_shape], of which up to MAX_CALIBRATION_ROWS are used) or "edgetpu"
+    (int8 throughout, input and output included, for Coral's Edge TPU; needs `calibration`).
     `metadata.precision` must name the same precision. `sparse_encoding` stores weights that
-    are mostly zero in TFLite's sparse format. Raises ValueError for bad arguments.
+    are mostly zero in TFLite's sparse format. Raises ValueError for bad arguments, and for
+    "edgetpu" when the network cannot be made fully integer or breaks the Edge TPU's rules
+    (the message names the operator or tensor).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
@@ -83,12 +96,14 @@ def convert(
         raise ValueError(
             f"the metadata says precision {metadata.precision!r} but {precision!r} was asked for"
         )
+    if precision == "edgetpu" and sparse_encoding:
+        raise ValueError("the Edge TPU does not read TFLite's sparse weight encoding")
     obs_shape = tuple(int(d) for d in metadata.observation_shape)
     _check_model(model, obs_shape)
     rows = scales = first = None
-    if precision == "int8":
+    if precision in INTEGER_PRECISIONS:
         if calibration is None:
-            raise ValueError("int8 conversion needs calibration observations")
+            raise ValueError(f"{precision} conversion needs calibration observations")
         rows = calibration_rows(calibration, obs_shape)
         first = input_layer(model, obs_shape)
         if first is not None:
@@ -106,21 +121,50 @@ def convert(
     if precision == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
-    elif precision == "int8":
+    elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ([row[None]] for row in rows)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.float32
-        converter.inference_output_type = tf.float32
+        boundary = tf.int8 if precision == "edgetpu" else tf.float32
+        converter.inference_input_type = boundary
+        converter.inference_output_type = boundary
+    if precision == "edgetpu":
+        # One scale per weight tensor. Newer converters quantize Dense kernels per output
+        # channel by default, which the last Edge TPU compiler (16.0, 2021) predates.
+        converter._experimental_disable_per_channel = True
+        converter._experimental_disable_per_channel_quantization_for_dense_layers = True
     if sparse_encoding:
         converter.optimizations = [*converter.optimizations,
                                    tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
     # the variables are read when the converter freezes them, so the scaled kernel is only
     # needed for the duration of the conversion
     with scaled_kernel_rows(first, scales), _quiet_stderr():
-        flat = converter.convert()
-        _check_batches(flat, obs_shape)
+        flat = _run_converter(converter, precision)
+        if precision != "edgetpu":  # an Edge TPU model keeps batch 1: it is compiled in
+            _check_batches(flat, obs_shape)
+    if precision == "edgetpu":
+        check_edgetpu(flat)
     return attach_metadata(flat, metadata)
+
+
+def _run_converter(converter: Any, precision: str) -> bytes:
+    """converter.convert(); for "edgetpu" a failure is a one-line ValueError naming the op."""
+    if precision != "edgetpu":
+        return converter.convert()
+    try:
+        return converter.convert()
+    except Exception as err:  # ConverterError, RuntimeError from the quantizer, ...
+        raise ValueError("the network cannot be converted to a fully integer model: "
+                         + _conversion_failure(str(err))) from err
+
+
+def _conversion_failure(text: str) -> str:
+    """The converter's complaint in one line: the TF op it names, else its first line."""
+    found = re.search(r"'tf\.(\w+)' op", text) or re.search(r"op: '?(\w+)'?", text)
+    if found:
+        return f"operator {found.group(1)} has no int8 TFLite kernel"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else "the converter failed"
 
 
 def input_layer(model: Any, obs_shape: tuple[int, ...]) -> Any:

@@ -8,6 +8,7 @@ nothing better, and it scales with the work done, not with wall-clock time.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -70,3 +71,17 @@ class ProcessEnergy:
         now = time.process_time()
         cpu_seconds, self._last = now - self._last, now
         return cpu_seconds * self.watts_per_core, cpu_seconds
+
+
+def seconds_since_process_start() -> float | None:
+    """Wall-clock seconds since this process was started (from /proc, to about 10 ms; the
+    interpreter's own start-up included); None where /proc does not tell."""
+    try:
+        with open("/proc/self/stat") as f:
+            # field 22, counted after the command name (which may hold spaces) closes
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None

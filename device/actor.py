@@ -22,7 +22,12 @@ import time
 import grpc
 import numpy as np
 
-from edge_rl.device.accounting import DEFAULT_CPU_WATTS, ProcessEnergy, TimeSplit
+from edge_rl.device.accounting import (
+    DEFAULT_CPU_WATTS,
+    ProcessEnergy,
+    TimeSplit,
+    seconds_since_process_start,
+)
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.link import Link
@@ -202,6 +207,7 @@ class Actor:
                  self.client.actor_id, hello.env_id, len(rollout.envs), policy.runtime,
                  len(self.spool))
         self.split = TimeSplit()  # the clock starts with the loop, not with the first policy
+        first_action = True
         try:
             while not self.stop_event.is_set():
                 if self.max_steps is not None and self.env_steps >= self.max_steps:
@@ -212,6 +218,11 @@ class Actor:
                 outputs = policy.outputs(rollout.obs)
                 actions, deterministic = explorer(outputs, policy.greedy(outputs))
                 self.split.lap("inference")
+                if first_action:  # what a board's user waits for (tools/actor_footprint.py)
+                    first_action = False
+                    started = seconds_since_process_start()
+                    if started is not None:
+                        log.info("first action %.2f s after the process started", started)
                 batches = rollout.step(actions, deterministic)
                 self.split.lap("env")
                 self.env_steps = rollout.env_steps

@@ -140,3 +140,15 @@ class LearnerClient:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def status_if_up(address: str, token: str | None = None,
+                 timeout: float = 5.0) -> wire_pb2.StatusReply | None:
+    """The learner's StatusReply, or None while it does not answer (starting, or gone)."""
+    client = LearnerClient(address, token=token)
+    try:
+        return client.status(timeout=timeout)
+    except grpc.RpcError:
+        return None
+    finally:
+        client.close()

@@ -1,7 +1,14 @@
-"""A policy on the device: TFLite bytes + their metadata, turned into actions."""
+"""A policy on the device: TFLite bytes + their metadata, turned into actions.
+
+Inputs and outputs are float32 for the callers whatever the file holds: a fully integer file
+(precision "edgetpu": int8 input and output) gets observations quantized with its input's
+(scale, zero point) and outputs dequantized with its output's, so exploration and the env
+see floats. `delegate="edgetpu"` runs the network through Coral's libedgetpu.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -14,37 +21,65 @@ from edge_rl.device.policy_file import (
     unpack_policy,
     verify_model,
 )
-from edge_rl.device.runtime import Runtime, load_runtime
+from edge_rl.device.runtime import (
+    EDGETPU_CUSTOM_OP,
+    EDGETPU_INSTALL_HINT,
+    Runtime,
+    load_delegate,
+    load_runtime,
+)
+from edge_rl.device.tflite_file import custom_op_names
+
+log = logging.getLogger(__name__)
 
 
 class Policy:
-    """Runs the exported actor network; `act` gives greedy actions, `outputs` the raw ones."""
+    """Runs the exported actor network; `act` gives greedy actions, `outputs` the raw ones.
+
+    `delegate`: None (the CPU) or a name in edge_rl.device.runtime.DELEGATES ("edgetpu").
+    """
 
     def __init__(
         self,
         model: bytes,
         runtime: Runtime | None = None,
         num_threads: int = 1,
+        delegate: str | None = None,
     ):
         self.model = unpack_policy(model)
         self.metadata: PolicyMetadata = read_policy_metadata(self.model)
         verify_model(self.model)  # before an interpreter that does not verify can crash on it
         self.runtime = runtime or load_runtime()
+        self.delegate = delegate
+        options = {}
+        compiled = EDGETPU_CUSTOM_OP in custom_op_names(self.model)
+        if delegate is not None:
+            options["experimental_delegates"] = [load_delegate(self.runtime, delegate)]
+            if delegate == "edgetpu" and not compiled:
+                log.warning("this policy was not compiled with edgetpu_compiler (it has no "
+                               "%s): every op runs on the CPU", EDGETPU_CUSTOM_OP)
+        elif compiled:
+            raise PolicyFileError("this policy was compiled for the Edge TPU: run it with "
+                                  "--delegate edgetpu")
         try:
             self._interpreter = self.runtime.interpreter_class(
-                model_content=self.model, num_threads=num_threads
+                model_content=self.model, num_threads=num_threads, **options
             )
             self._interpreter.allocate_tensors()
             inputs = self._interpreter.get_input_details()
             outputs = self._interpreter.get_output_details()
         except (ValueError, RuntimeError) as err:  # UnicodeDecodeError is a ValueError
             message = f"the TFLite runtime cannot load this model: {_first_line(err)}"
+            if delegate == "edgetpu":
+                message += f" (with the Edge TPU delegate; {EDGETPU_INSTALL_HINT})"
             raise PolicyFileError(message) from None
         if len(inputs) != 1 or len(outputs) != 1:
             raise PolicyFileError("a policy network must have exactly one input and one output")
         self._input_index = inputs[0]["index"]
         self._output_index = outputs[0]["index"]
         self._batch = int(inputs[0]["shape"][0])
+        # a delegate's graph is compiled for its batch size: larger batches go row by row
+        self._fixed_batch = delegate is not None and self._batch == 1
         meta = self.metadata
         if tuple(int(d) for d in inputs[0]["shape"][1:]) != tuple(meta.observation_shape):
             raise PolicyFileError(
@@ -56,6 +91,15 @@ class Policy:
         if meta.input_scale is not None:
             self._input_multiplier = (1.0 / np.asarray(meta.input_scale, np.float32)).reshape(
                 meta.observation_shape)
+        # Integer input: observation * multiplier / scale + zero point, rounded and clipped,
+        # folded into one factor. Integer output: (q - zero point) * scale.
+        self._quantize = self._dequantize = None
+        if np.dtype(inputs[0]["dtype"]).kind in "iu":
+            self._quantize = _quantizer(inputs[0], self._input_multiplier)
+            self._input_multiplier = None
+        if np.dtype(outputs[0]["dtype"]).kind in "iu":
+            scale, zero_point = _tensor_quantization(outputs[0])
+            self._dequantize = (np.float32(scale), np.float32(zero_point))
         self.low = self.high = None
         if meta.action["kind"] == "continuous":
             self.low = np.asarray(meta.action["low"], np.float32)
@@ -72,11 +116,14 @@ class Policy:
 
     @property
     def output_quantization(self) -> tuple[float, int]:
-        """(scale, zero_point) of the int8 tensor the output is dequantized from; (0.0, 0) if none.
+        """(scale, zero_point) of the integer tensor the output comes from; (0.0, 0) if none.
 
         The scale is an int8 policy's output step: outputs differ from the float network's
         in multiples of it.
         """
+        if self._dequantize is not None:  # the network's own output is the integer tensor
+            scale, zero_point = self._dequantize
+            return float(scale), int(zero_point)
         return output_quantization(self.model)
 
     def outputs(self, observations: np.ndarray) -> np.ndarray:
@@ -84,13 +131,27 @@ class Policy:
         obs = np.asarray(observations, dtype=np.float32)
         if self._input_multiplier is not None:
             obs = obs * self._input_multiplier
-        if obs.shape[0] != self._batch:
+        elif self._quantize is not None:
+            factor, zero_point, dtype, low, high = self._quantize
+            obs = np.clip(np.rint(obs * factor) + zero_point, low, high).astype(dtype)
+        if obs.shape[0] == self._batch:
+            raw = self._run(obs)
+        elif self._fixed_batch:
+            raw = np.concatenate([self._run(obs[i : i + 1]) for i in range(obs.shape[0])])
+        else:
             self._interpreter.resize_tensor_input(self._input_index, list(obs.shape))
             self._interpreter.allocate_tensors()
             self._batch = obs.shape[0]
-        self._interpreter.set_tensor(self._input_index, obs)
+            raw = self._run(obs)
+        if self._dequantize is None:
+            return raw.astype(np.float32, copy=False)
+        scale, zero_point = self._dequantize
+        return (raw.astype(np.float32) - zero_point) * scale
+
+    def _run(self, network_input: np.ndarray) -> np.ndarray:
+        self._interpreter.set_tensor(self._input_index, network_input)
         self._interpreter.invoke()
-        return self._interpreter.get_tensor(self._output_index).astype(np.float32, copy=False)
+        return self._interpreter.get_tensor(self._output_index)
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         """The noise-free action for each row of network outputs."""
@@ -99,6 +160,23 @@ class Policy:
     def act(self, observations: np.ndarray) -> np.ndarray:
         """Greedy actions for a batch of observations (shape [batch, *observation_shape])."""
         return self.greedy(self.outputs(observations))
+
+
+def _tensor_quantization(details: dict) -> tuple[float, int]:
+    scale, zero_point = details.get("quantization", (0.0, 0))
+    if not scale:
+        raise PolicyFileError(f"the network's integer tensor {details.get('name')!r} has no "
+                              "quantization parameters")
+    return float(scale), int(zero_point)
+
+
+def _quantizer(details: dict, multiplier: np.ndarray | None) -> tuple:
+    """(factor, zero point, dtype, low, high) that turn observations into the input tensor."""
+    scale, zero_point = _tensor_quantization(details)
+    factor = np.float32(1.0 / scale) if multiplier is None else multiplier / np.float32(scale)
+    dtype = np.dtype(details["dtype"])
+    info = np.iinfo(dtype)
+    return factor.astype(np.float32), np.float32(zero_point), dtype, info.min, info.max
 
 
 def _first_line(err: Exception) -> str:
@@ -126,12 +204,17 @@ def squash_to_bounds(unit: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.
 ZIP_MAGIC = b"PK\x03\x04"  # a TF-Agents SavedModel policy (edge_rl.tf_policy); TFLite is not
 
 
-def load_published(data: bytes, runtime: Runtime | None = None, previous=None):
+def load_published(data: bytes, runtime: Runtime | None = None, previous=None,
+                   delegate: str | None = None):
     """The policy a learner published: a TFLite policy file, or with `--actor-precision
     tf-fp32` (the framework baseline) a TF-Agents SavedModel, which needs TensorFlow here.
-    `previous`, the policy it replaces, lets a TF-Agents policy reuse its loaded graph."""
+    `previous`, the policy it replaces, lets a TF-Agents policy reuse its loaded graph.
+    `delegate` (TFLite policies only): see Policy."""
     if bytes(data[:4]) != ZIP_MAGIC:
-        return Policy(data, runtime=runtime)
+        return Policy(data, runtime=runtime, delegate=delegate)
+    if delegate is not None:
+        raise PolicyFileError(f"the {delegate} delegate runs TFLite policies, not the TF-Agents "
+                              "policies of --actor-precision tf-fp32")
     try:
         from edge_rl.tf_policy import TFAgentsPolicy
     except ImportError as err:
@@ -142,9 +225,11 @@ def load_published(data: bytes, runtime: Runtime | None = None, previous=None):
     return TFAgentsPolicy(data, previous)
 
 
-def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: int = 1) -> Policy:
-    """Load a policy file written by `edge-rl export` (or published by a learner)."""
+def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: int = 1,
+                delegate: str | None = None) -> Policy:
+    """Load a policy file written by `edge-rl export` (or published by a learner); `delegate`:
+    see Policy."""
     path = Path(path)
     if not path.is_file():
         raise PolicyFileError(f"no policy file at {path}")
-    return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads)
+    return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads, delegate=delegate)

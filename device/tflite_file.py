@@ -4,6 +4,7 @@
 that every table, vector and string lies inside the file, before an interpreter that does
 not verify (tflite-runtime segfaults on truncated files) sees it. `read_metadata_entries`
 finds the model's metadata table; `output_quantization` reads an int8 policy's output step;
+`custom_op_names` lists custom operators (an Edge TPU-compiled model has one);
 `buffer_span` and `quantization_spans` say where numbers lie, for patching them in place.
 """
 
@@ -20,6 +21,7 @@ _MODEL_SUBGRAPHS = 2
 _MODEL_BUFFERS = 4
 _MODEL_METADATA = 6
 _OPERATOR_CODE_DEPRECATED_BUILTIN = 0
+_OPERATOR_CODE_CUSTOM = 1
 _OPERATOR_CODE_BUILTIN = 3
 _SUBGRAPH_TENSORS = 0
 _SUBGRAPH_OUTPUTS = 2
@@ -382,6 +384,20 @@ def output_quantization(model: bytes) -> tuple[float, int]:
         zero_point = reader.element(zero_points, 0, "<q") if n_zero_points else 0
         return float(reader.element(scales, 0, "<f")), int(zero_point)
     return 0.0, 0
+
+
+def custom_op_names(model: bytes) -> list[str]:
+    """The custom codes of the model's custom operators (e.g. "edgetpu-custom-op", which
+    edgetpu_compiler puts in place of the ops it maps to the Edge TPU)."""
+    _check_identifier(model)
+    reader = _Reader(model)
+    codes, n_codes = reader.vector(reader.root(), _MODEL_OPERATOR_CODES)
+    names = []
+    for i in range(n_codes):
+        code = reader.table_at(codes + 4 * i)
+        if reader.field_pos(code, _OPERATOR_CODE_CUSTOM):
+            names.append(reader.string(code, _OPERATOR_CODE_CUSTOM))
+    return names
 
 
 def _check_identifier(model: bytes) -> None:

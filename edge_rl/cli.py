@@ -224,6 +224,9 @@ def learner(resume: bool, config_file: str | None, **flags) -> None:
 @click.option("--int8", "precision", flag_value="int8", help="Full-integer int8 (default).")
 @click.option("--fp16", "precision", flag_value="fp16", help="float16 weights.")
 @click.option("--fp32", "precision", flag_value="fp32", help="float32.")
+@click.option("--edgetpu", "precision", flag_value="edgetpu",
+              help="int8 throughout, input and output included, for Coral's Edge TPU: "
+                   "compile the file with edgetpu_compiler (see docs/coral.md).")
 @click.option("-o", "--output", type=click.Path(),
               help="Output file.  [default: RUN_DIR/policy-PRECISION.tflite]")
 @click.option("--verify-episodes", type=int, default=5, show_default=True,
@@ -245,21 +248,26 @@ def export(run_dir: str, precision: str | None, output: str | None, verify_episo
               help="Episode i resets with seed + i.")
 @click.option("--runtime", type=click.Choice(["ai_edge_litert", "tflite_runtime"]),
               help="Force a TFLite runtime.  [default: ai_edge_litert if installed]")
+@click.option("--delegate", type=click.Choice(["edgetpu"]),
+              help="Run the network through a delegate: edgetpu loads Coral's libedgetpu "
+                   "(for files compiled with edgetpu_compiler).  [default: none, the CPU]")
 def eval_command(policy_file: str, env: str | None, episodes: int, seed: int,
-                 runtime: str | None) -> None:
+                 runtime: str | None, delegate: str | None) -> None:
     """Run a policy file greedily (device runtime only, no TensorFlow)."""
     from edge_rl.device.evaluate import evaluate
     from edge_rl.device.policy import load_policy
-    from edge_rl.device.runtime import load_runtime
+    from edge_rl.device.runtime import delegate_library, load_runtime
 
     if episodes <= 0:
         raise UserError("--episodes must be positive")
-    policy = load_policy(policy_file, runtime=load_runtime(runtime))
+    policy = load_policy(policy_file, runtime=load_runtime(runtime), delegate=delegate)
     meta = policy.metadata
     result = evaluate(policy, env, episodes=episodes, seed=seed)
     click.echo(f"policy: {meta.algo} for {meta.env_id}, {meta.precision}, "
                f"version {meta.policy_version}, trained {meta.train_step} updates")
     click.echo(f"runtime: {policy.runtime}")
+    click.echo(f"delegate: {delegate} ({delegate_library(delegate)})" if delegate
+               else "delegate: none (CPU)")
     click.echo(f"return: {result.mean:.2f} ± {result.std:.2f} over {episodes} episodes")
     click.echo(f"median inference latency: {result.median_latency_us:.1f} µs")
 
@@ -280,18 +288,38 @@ def eval_command(policy_file: str, env: str | None, episodes: int, seed: int,
 @click.option("--cpu-watts", type=float, default=DEFAULT_CPU_WATTS, show_default=True,
               help="Power per busy core for the energy this actor reports with its batches "
                    "(its CPU seconds times this; a Raspberry Pi 4 core is ~1.5 W).")
+@click.option("--print-systemd-unit", is_flag=True,
+              help="Print a systemd unit that runs this actor at boot and restarts it, then "
+                   "exit (see docs/raspberry-pi.md).")
 @click.option("--parent-pid", type=int, hidden=True)
 def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str | None,
           spool_max_mb: float, actor_id: str | None, max_steps: int | None,
-          cpu_watts: float, parent_pid: int | None) -> None:
+          cpu_watts: float, print_systemd_unit: bool, parent_pid: int | None) -> None:
     """Run one actor against a learner (device runtime only, no TensorFlow)."""
-    from edge_rl.device.actor import die_with_parent, run_actor
-    from edge_rl.device.client import read_token
-
     if spool_max_mb <= 0:
         raise UserError("--spool-max-mb must be positive")
     if cpu_watts < 0:
         raise UserError("--cpu-watts must not be negative")
+    if print_systemd_unit:
+        from edge_rl.device.systemd import actor_unit
+
+        args = ["--learner", learner]
+        for flag, value in (("--token-file", token_file), ("--tls-ca", tls_ca),
+                            ("--spool", spool)):  # a service runs elsewhere: absolute paths
+            if value is not None:
+                args += [flag, str(Path(value).expanduser().absolute())]
+        for flag, value, default in (("--spool-max-mb", spool_max_mb, 256.0),
+                                     ("--actor-id", actor_id, None),
+                                     ("--max-steps", max_steps, None),
+                                     ("--cpu-watts", cpu_watts, DEFAULT_CPU_WATTS)):
+            if value != default:
+                args += [flag, str(value)]
+        click.echo(actor_unit(args, learner, has_spool=spool is not None), nl=False)
+        return
+
+    from edge_rl.device.actor import die_with_parent, run_actor
+    from edge_rl.device.client import read_token
+
     if parent_pid is not None:
         die_with_parent(parent_pid)
     try:

@@ -23,6 +23,9 @@ PRECISIONS = ("int8", "fp16", "fp32")
 # framework baseline: TF-Agents' own fp32 policy run in TensorFlow (edge_rl.tf_policy).
 TF_BASELINE = "tf-fp32"
 ACTOR_PRECISIONS = (*PRECISIONS, TF_BASELINE)
+# What `edge-rl export` writes: PRECISIONS, or "edgetpu", an int8 file for Coral's Edge TPU
+# (int8 input and output too). Export only: actors do not explore with it.
+EXPORT_PRECISIONS = (*PRECISIONS, "edgetpu")
 
 
 def is_loopback(host: str) -> bool:

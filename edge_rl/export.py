@@ -1,4 +1,8 @@
-"""`edge-rl export`: the best-evaluated actor network of a run, as a verified policy file."""
+"""`edge-rl export`: the best-evaluated actor network of a run, as a verified policy file.
+
+`--edgetpu` writes a fully integer file for Coral's Edge TPU, to be compiled with
+edgetpu_compiler (see docs/coral.md); it is verified here on the CPU.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import numpy as np
 from edge_rl.agents import get_algorithm
 from edge_rl.agents.base import resolve_defaults
 from edge_rl.checkpoint import write_bytes
-from edge_rl.config import PRECISIONS, TrainConfig
+from edge_rl.config import EXPORT_PRECISIONS, TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import evaluate
@@ -27,7 +31,7 @@ def export_run(
     run_dir: Path, precision: str, output: str | None, verify_episodes: int = 5
 ) -> list[str]:
     """Convert, write and verify; returns the report's lines."""
-    if precision not in PRECISIONS:
+    if precision not in EXPORT_PRECISIONS:
         raise UserError(f"unknown precision {precision!r}")
     if not run_dir.is_dir():
         raise UserError(f"no run directory at {run_dir}")
@@ -55,7 +59,10 @@ def export_run(
         meta = dataclasses.replace(meta, train_step=published.train_step)
         return convert(learner.built.export_model, p, calibration, meta, sparse_encoding)
 
-    model = build(precision)
+    try:
+        model = build(precision)
+    except ValueError as err:  # a network this precision cannot express (an op, a tensor)
+        raise UserError(f"cannot export {precision}: {_first_line(err)}") from None
     path = Path(output) if output else run_dir / f"policy-{precision}.tflite"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes(path, model)
@@ -73,7 +80,9 @@ def export_run(
             lines.append(f"FLOPs vs dense: training {networks['train_flops_vs_dense']:.3f}, "
                          f"inference {networks['inference_flops_vs_dense']:.3f}; critic "
                          f"sparsity {networks['groups'].get('critic', {}).get('sparsity', '-')}")
-    if config.is_sparse:
+    if precision == "edgetpu":
+        lines += edgetpu_lines(model, path)
+    if config.is_sparse and precision != "edgetpu":  # the Edge TPU reads dense weights only
         compact, how = smallest_loadable(model, build(precision, sparse_encoding=True))
         compact_path = path.with_name(path.name + (".xz" if how.startswith("xz") else "-sparse"))
         if compact is not model:
@@ -91,6 +100,22 @@ def export_run(
                 f"over {verify_episodes} episodes"
             )
     return lines
+
+
+def edgetpu_lines(model: bytes, path: Path) -> list[str]:
+    """What may still run on the CPU once compiled, and how to compile."""
+    from edge_rl.converters.edgetpu import cpu_fallback_notes
+
+    notes = [f"note: {note}" for note in cpu_fallback_notes(model)]
+    compiled = path.with_name(path.stem + "_edgetpu" + path.suffix)
+    return [*notes, f"next: edgetpu_compiler {path} (on an x86-64 Debian/Ubuntu machine) "
+                    f"writes {compiled.name}; run it with "
+                    f"`edge-rl eval {compiled.name} --delegate edgetpu`"]
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def sparsity_lines(learner: Any) -> list[str]:

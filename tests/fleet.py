@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import EDGE_RL
 
-from edge_rl.device.client import LearnerClient
+from edge_rl.device.client import status_if_up
 from edge_rl.device.spool import read_acked
 from edge_rl.exchange import Ledger
 
@@ -49,15 +49,7 @@ def stop(process: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 60) -> 
 
 def status(port: int, token: str):
     """The learner's StatusReply, or None while it does not answer."""
-    import grpc
-
-    client = LearnerClient(f"127.0.0.1:{port}", token=token)
-    try:
-        return client.status(timeout=5)
-    except grpc.RpcError:
-        return None
-    finally:
-        client.close()
+    return status_if_up(f"127.0.0.1:{port}", token)
 
 
 def wait_for(condition, timeout: float, what: str, logs: list[Path] = ()):

@@ -1,0 +1,330 @@
+"""The Raspberry Pi check: edge-rl's base install on arm64, emulated, against x86.
+
+    sudo python tools/arm64_check.py [--cache DIR] [--skip-if-unable]
+
+Raspberry Pi OS (64-bit) is Debian bookworm for arm64 with Python 3.11. This builds such a
+root with debootstrap (cached in --cache; minutes the first time), enters it with chroot
+through qemu-user (binfmt_misc), installs edge-rl there from aarch64 wheels the way
+docs/raspberry-pi.md says, and checks, under emulation:
+  1. `edge-rl eval` of an int8 CartPole policy trained and exported on x86 scores >= 475;
+  2. its greedy actions on observations recorded on x86 match x86's (>= 99% identical), and a
+     continuous (TD3) policy's are within one output quantization step of x86's;
+  3. `edge-rl actor` joins an x86 `edge-rl learner` on loopback and its batches reach the
+     learner's replay (tools/actor_footprint.py, which also measures peak RSS and the time to
+     the first action there);
+  4. `edge-rl actor --print-systemd-unit` writes a unit that runs the installed edge-rl.
+It prints what it measured and exits non-zero on any failure. Needs root (chroot, mount,
+binfmt_misc), debootstrap and qemu-user-static (installed with apt-get when missing), and the
+x86 side's `[train]` install. --skip-if-unable exits 0 with the reason where the machine
+cannot do it (no root, no binfmt_misc): CI uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+HOST_BIN = Path(sys.executable).parent
+SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
+# What a Raspberry Pi OS Lite image has, or gets with the docs' one apt-get line.
+ROOT_PACKAGES = "python3,python3-venv,ca-certificates,time"
+# aarch64 wheels for Python 3.11 on glibc 2.36 (bookworm): mujoco's need manylinux_2_28
+WHEEL_PLATFORMS = ("manylinux_2_17_aarch64", "manylinux_2_28_aarch64")
+# docs/raspberry-pi.md gives these commands; the check runs them as they are written
+# (tests/test_board.py checks that the page holds each one).
+WORKSTATION_COMMANDS = {
+    "wheel": "pip wheel --no-deps -w wheels .",
+    "download": "pip download --only-binary=:all: "
+                + " ".join(f"--platform {p}" for p in WHEEL_PLATFORMS)
+                + ' --python-version 3.11 --implementation cp -d wheels '
+                  '"$(ls wheels/edge_rl-*.whl)[mujoco]"',
+}
+PI_COMMANDS = {
+    "venv": "python3 -m venv ~/edge-rl",
+    "install": "~/edge-rl/bin/pip install --no-index --find-links ~/wheels 'edge-rl[mujoco]'",
+    "pip check": "~/edge-rl/bin/pip check",
+    "eval": "~/edge-rl/bin/edge-rl eval cartpole-int8.tflite --episodes 20",
+    "unit": "~/edge-rl/bin/edge-rl actor --learner 192.168.1.10:50051 --token-file ~/token "
+            "--spool ~/edge-rl-spool --print-systemd-unit",
+}
+HOME = "/root"  # the Pi's home folder, in the root
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+QEMU_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
+SOLVED = 475.0
+# Seconds the check took on this 2-core machine: building the root once, and the rest
+# (wheels, install, x86 training when not cached, the checks under emulation).
+ROOT_BUILD_SECONDS = 900
+CHECK_SECONDS = 900
+
+
+class CheckFailed(RuntimeError):
+    pass
+
+
+def run(command: list[str] | str, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command, echoing it; raise CheckFailed with its output's tail if it fails."""
+    shown = command if isinstance(command, str) else shlex.join(map(str, command))
+    print(f"+ {shown}", flush=True)
+    done = subprocess.run(command, capture_output=True, text=True,
+                          shell=isinstance(command, str), **kwargs)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
+        raise CheckFailed(f"`{shown}` exited {done.returncode}:\n{tail}")
+    return done
+
+
+def in_root(root: Path, script: str) -> subprocess.CompletedProcess:
+    """A shell script inside the arm64 root, in its home folder, as a login shell would."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": HOME,
+           "LANG": "C.UTF-8"}
+    return run(["chroot", str(root), "/bin/sh", "-ec", f"cd ~\n{script}"], env=env)
+
+
+# -- the machine -------------------------------------------------------------------------------
+
+
+def unable_reason() -> str | None:
+    """Why this machine cannot run the check, or None."""
+    if platform.system() != "Linux":
+        return "not Linux"
+    if os.geteuid() != 0:
+        return "not root (chroot, mount and binfmt_misc need it)"
+    if not BINFMT.joinpath("register").exists():
+        done = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or not BINFMT.joinpath("register").exists():
+            return f"binfmt_misc cannot be mounted ({done.stderr.strip() or 'no register'})"
+    return None
+
+
+def ensure_tools() -> None:
+    missing = [pkg for pkg, path in (("debootstrap", "/usr/sbin/debootstrap"),
+                                     ("qemu-user-static", str(QEMU_CONF)))
+               if not Path(path).exists()]
+    if missing:
+        run(["apt-get", "install", "-y", "--no-install-recommends", *missing])
+
+
+def ensure_binfmt() -> None:
+    """Teach the kernel to run aarch64 binaries with qemu (F: even inside the chroot)."""
+    if not BINFMT.joinpath("qemu-aarch64").exists():
+        BINFMT.joinpath("register").write_text(QEMU_CONF.read_text().strip() + "\n")
+    state = BINFMT.joinpath("qemu-aarch64").read_text()
+    if "enabled" not in state:
+        raise CheckFailed(f"qemu-aarch64 is registered but not enabled:\n{state}")
+
+
+def ensure_root(root: Path) -> None:
+    """An arm64 Debian bookworm with Python 3.11: built once, then reused."""
+    ready = root / ".edge-rl-root"
+    if ready.is_file():
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    run(["debootstrap", "--arch=arm64", "--variant=minbase", f"--include={ROOT_PACKAGES}",
+         SUITE, str(root), MIRROR])
+    ready.write_text(SUITE + "\n")
+
+
+# -- the install, as docs/raspberry-pi.md gives it ---------------------------------------------
+
+
+def build_wheels(work: Path) -> None:
+    """On the workstation (in a copy of the repository): edge-rl's wheel, and every aarch64
+    wheel its install needs, into work/wheels."""
+    for old in (work / "wheels").glob("edge_rl-*.whl"):
+        old.unlink()
+    env = {**os.environ, "PATH": f"{HOST_BIN}:{os.environ.get('PATH', '')}"}
+    for command in WORKSTATION_COMMANDS.values():
+        run(command.replace(" .", f" {REPO}") if command.endswith(" .") else command,
+            cwd=work, env=env)
+
+
+def install(root: Path, wheels: Path) -> None:
+    """On the Pi: a virtual environment and edge-rl from the copied wheels, offline."""
+    target = root / HOME.lstrip("/") / "wheels"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(wheels, target)
+    venv_exists = (root / HOME.lstrip("/") / "edge-rl" / "bin" / "python").exists()
+    if not venv_exists:
+        in_root(root, PI_COMMANDS["venv"])
+    else:  # a cached root: this edge-rl, not the one installed last time
+        in_root(root, "~/edge-rl/bin/pip uninstall -y edge-rl")
+    in_root(root, PI_COMMANDS["install"])
+    in_root(root, PI_COMMANDS["pip check"])
+
+
+# -- x86's side --------------------------------------------------------------------------------
+
+
+def x86_policies(cache: Path) -> dict[str, Path]:
+    """A solved CartPole run (trained once, cached) and a short TD3 run, exported int8."""
+    runs = {"cartpole": (cache / "runs" / "cartpole-dqn",
+                         ["--env", "CartPole-v1", "--algo", "dqn", "--steps", "60000",
+                          "--target-return", "490", "--seed", "0"]),
+            "pendulum": (cache / "runs" / "pendulum-td3",
+                         ["--env", "Pendulum-v1", "--algo", "td3", "--steps", "3000",
+                          "--eval-every", "1500", "--eval-episodes", "2", "--seed", "0"])}
+    policies = {}
+    for name, (run_dir, flags) in runs.items():
+        if not (run_dir / "summary.json").is_file():
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run([HOST_BIN / "edge-rl", "train", "--out", run_dir, *flags])
+        policies[name] = cache / f"{name}-int8.tflite"
+        run([HOST_BIN / "edge-rl", "export", run_dir, "--int8", "-o", policies[name],
+             "--verify-episodes", "0"])
+    return policies
+
+
+def record_observations(policy_file: Path, n: int, seed: int) -> np.ndarray:
+    """Observations of an x86 rollout of the policy, with random actions mixed in."""
+    from edge_rl.device import load_policy
+    from edge_rl.device.envs import make_env
+
+    policy = load_policy(policy_file)
+    env = make_env(policy.metadata.env_id, seed=seed)
+    rng = np.random.default_rng(seed)
+    observation, _ = env.reset(seed=seed)
+    seen = []
+    for _ in range(n):
+        seen.append(observation)
+        action = (env.action_space.sample() if rng.random() < 0.3
+                  else policy.act(observation[None].astype(np.float32))[0])
+        observation, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            observation, _ = env.reset()
+    return np.asarray(seen, np.float32)
+
+
+ACT_SCRIPT = """
+import sys, numpy as np
+from edge_rl.device import load_policy
+policy = load_policy(sys.argv[1])
+np.save(sys.argv[3], np.concatenate([policy.act(row[None]) for row in np.load(sys.argv[2])]))
+print(policy.runtime)
+"""
+
+
+def compare_actions(root: Path, policy_file: Path, name: str) -> str:
+    """The arm64 runtime's greedy actions on x86-recorded observations against x86's."""
+    from edge_rl.device import load_policy
+
+    work = Path(tempfile.mkdtemp(dir=root / "tmp"))
+    try:
+        shutil.copy(policy_file, work / "policy.tflite")
+        observations = record_observations(policy_file, 2000, seed=7)
+        np.save(work / "observations.npy", observations)
+        (work / "act.py").write_text(ACT_SCRIPT)
+        seen = "/" + str(work.relative_to(root))
+        done = in_root(root, f"~/edge-rl/bin/python {seen}/act.py {seen}/policy.tflite "
+                             f"{seen}/observations.npy {seen}/actions.npy")
+        arm = np.load(work / "actions.npy")
+        policy = load_policy(policy_file)
+        x86 = np.concatenate([policy.act(row[None]) for row in observations])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if policy.metadata.discrete:
+        same = float(np.mean(arm == x86))
+        line = f"{name}: arm64 and x86 greedy actions identical on {same:.2%} of {len(x86)}"
+        if same < 0.99:
+            raise CheckFailed(line + " (needs >= 99%)")
+    else:
+        step = policy.output_quantization[0]
+        worst = float(np.abs(arm.astype(np.float64) - x86).max())
+        line = (f"{name}: arm64 vs x86 actions differ by at most {worst:.3g} on {len(x86)} "
+                f"observations (output step {step:.3g})")
+        if worst > step * 1.001 + 1e-6:
+            raise CheckFailed(line + " (needs <= one output step)")
+    return line + f"; arm64 runtime {done.stdout.strip().splitlines()[-1]}"
+
+
+def eval_on_arm(root: Path, policy_file: Path) -> tuple[str, float]:
+    shutil.copy(policy_file, root / HOME.lstrip("/") / "cartpole-int8.tflite")
+    done = in_root(root, PI_COMMANDS["eval"])
+    text = done.stdout
+    score = float(text.split("return: ")[1].split()[0])
+    latency = text.split("median inference latency: ")[1].strip()
+    return (f"arm64 `edge-rl eval`: return {score:.1f} over 20 episodes, median inference "
+            f"latency {latency} (emulated)"), score
+
+
+def systemd_unit(root: Path) -> str:
+    (root / HOME.lstrip("/") / "token").write_text("a-token\n")
+    unit = in_root(root, PI_COMMANDS["unit"]).stdout
+    start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    if not start.startswith(f"ExecStart={HOME}/edge-rl/bin/edge-rl actor --learner"):
+        raise CheckFailed(f"the unit does not run the installed edge-rl: {start}")
+    return f"systemd unit: {start}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path,
+                        default=Path.home() / ".cache" / "edge-rl" / "arm64-check")
+    parser.add_argument("--skip-if-unable", action="store_true",
+                        help="Exit 0, saying why, where the machine cannot run the check.")
+    parser.add_argument("--actor-steps", type=int, default=1000)
+    parser.add_argument("--budget-seconds", type=float,
+                        help="Skip (saying so) when the check would likely take longer.")
+    args = parser.parse_args(argv)
+    reason = unable_reason()
+    if reason is None and args.budget_seconds is not None:
+        cached = (args.cache / "root" / ".edge-rl-root").is_file()
+        needed = CHECK_SECONDS + (0 if cached else ROOT_BUILD_SECONDS)
+        if needed > args.budget_seconds:
+            reason = (f"it needs ~{needed / 60:.0f} min"
+                      f"{'' if cached else ' (the arm64 root is not cached)'} and "
+                      f"{max(args.budget_seconds, 0) / 60:.1f} min of the budget are left")
+    if reason:
+        print(f"arm64 check skipped: {reason}")
+        return 0 if args.skip_if_unable else 2
+    began = time.monotonic()
+    root, wheels = args.cache / "root", args.cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    report: list[str] = []
+    try:
+        ensure_tools()
+        ensure_binfmt()
+        for what, step in (("arm64 root", lambda: ensure_root(root)),
+                           ("aarch64 wheels", lambda: build_wheels(args.cache)),
+                           ("install in the root", lambda: install(root, wheels))):
+            t = time.monotonic()
+            step()
+            report.append(f"{what}: {time.monotonic() - t:.0f} s")
+        policies = x86_policies(args.cache)
+        line, score = eval_on_arm(root, policies["cartpole"])
+        report.append(line)
+        if score < SOLVED:
+            raise CheckFailed(f"{line} (needs >= {SOLVED:g})")
+        report.append(compare_actions(root, policies["cartpole"], "CartPole int8"))
+        report.append(compare_actions(root, policies["pendulum"], "Pendulum TD3 int8"))
+        report.append(systemd_unit(root))
+        footprint = run([sys.executable, REPO / "tools" / "actor_footprint.py", "--chroot",
+                         root, "--chroot-edge-rl", f"{HOME}/edge-rl/bin/edge-rl",
+                         "--steps", str(args.actor_steps), "--json",
+                         args.cache / "footprint.json"], timeout=3600)
+        report.append("arm64 actor against an x86 learner (emulated):\n" + footprint.stdout)
+    except (CheckFailed, subprocess.TimeoutExpired) as err:
+        print("\n".join(report))
+        print(f"FAILED: {err}", file=sys.stderr)
+        return 1
+    print("\n".join(report))
+    print(f"arm64 check passed in {time.monotonic() - began:.0f} s")
+    (args.cache / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
