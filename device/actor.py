@@ -207,7 +207,7 @@ class Actor:
                  self.client.actor_id, hello.env_id, len(rollout.envs), policy.runtime,
                  len(self.spool))
         self.split = TimeSplit()  # the clock starts with the loop, not with the first policy
-        first_action = True
+        first_action = None  # (monotonic time, env steps) of the first action
         try:
             while not self.stop_event.is_set():
                 if self.max_steps is not None and self.env_steps >= self.max_steps:
@@ -218,8 +218,8 @@ class Actor:
                 outputs = policy.outputs(rollout.obs)
                 actions, deterministic = explorer(outputs, policy.greedy(outputs))
                 self.split.lap("inference")
-                if first_action:  # what a board's user waits for (tools/actor_footprint.py)
-                    first_action = False
+                if first_action is None:  # what a board's user waits for
+                    first_action = (time.monotonic(), self.env_steps)
                     started = seconds_since_process_start()
                     if started is not None:
                         log.info("first action %.2f s after the process started", started)
@@ -238,6 +238,11 @@ class Actor:
                 self.split.lap("transport")
         finally:
             self.stop_event.set()
+            if first_action is not None:  # acting time, before the link drains
+                seconds = time.monotonic() - first_action[0]
+                steps = self.env_steps - first_action[1]
+                log.info("%d env steps in %.1f s since the first action (%.0f steps/s)",
+                         steps, seconds, steps / max(seconds, 1e-9))
             link.stop()
             puller.stop()
             rollout.close()

@@ -75,7 +75,8 @@ def wait_for_policy(port: int, token: str, timeout: float) -> None:
 def start_learner(env: str, port: int, token_file: Path, run_dir: Path, log: Path):
     args = [HOST_EDGE_RL, "learner", "--env", env, "--algo", ALGOS[env], "--port", str(port),
             "--token-file", str(token_file), "--out", str(run_dir), "--steps", "1000000000",
-            "--updates-per-step", "0.02", "--eval-every", "1000000000",
+            "--updates-per-step", "0.02", "--warmup-steps", "200",
+            "--eval-every", "1000000000",
             "--checkpoint-every", "1000000000", "--seed", "0"]
     return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -83,10 +84,8 @@ def start_learner(env: str, port: int, token_file: Path, run_dir: Path, log: Pat
 
 def measure_actor(command: list[str], steps: int, log: Path) -> tuple[float, float, float]:
     """Run the actor command under /usr/bin/time -v: (peak MB, first action s, steps/s)."""
-    began = time.monotonic()
     done = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True,
                           timeout=1800)
-    wall = time.monotonic() - began
     log.write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise RuntimeError(f"the actor exited {done.returncode}; see {log}:\n"
@@ -94,9 +93,12 @@ def measure_actor(command: list[str], steps: int, log: Path) -> tuple[float, flo
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
     first = re.search(r"first action ([\d.]+) s after the process started", done.stderr)
     if peak is None or first is None:
-        raise RuntimeError(f"no peak RSS or first-action line in {log}")
-    first_s = float(first.group(1))
-    return int(peak.group(1)) / 1024, first_s, steps / max(wall - first_s, 1e-9)
+        raise RuntimeError("no peak RSS or first-action line in the actor's output:\n"
+                           + "\n".join(done.stderr.splitlines()[-15:]))
+    rate = re.search(r"since the first action \(([\d.]+) steps/s\)", done.stderr)
+    if rate is None:
+        raise RuntimeError("no steps/s line in the actor's output")
+    return int(peak.group(1)) / 1024, float(first.group(1)), float(rate.group(1))
 
 
 def footprint(env: str, steps: int, work: Path, chroot: Path | None,
@@ -125,9 +127,14 @@ def footprint(env: str, steps: int, work: Path, chroot: Path | None,
         peak_mb, first_s, rate = measure_actor(command, steps, work / f"actor-{env}.log")
         wall = time.monotonic() - began
         # what reached the learner: the actor's batches in its replay, and updates on them
-        status = learner_status(port, token)
-        if status is None:
-            raise RuntimeError("the learner stopped answering")
+        deadline = time.monotonic() + 30
+        while True:
+            status = learner_status(port, token)
+            if status is None:
+                raise RuntimeError("the learner stopped answering")
+            if status.learner_updates > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         inserted = sum(a.batches_inserted for a in status.actors)
         return Footprint(env, where, peak_mb, first_s, rate, wall, inserted,
                          status.learner_updates)
@@ -164,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(f"{r.env:<16} {r.where:<14} {r.peak_mb:>6.1f} MB {r.first_action_s:>11.2f} s "
               f"{r.steps_per_second:>8.0f} {r.batches_inserted:>18} {r.learner_updates:>8}")
-        if r.batches_inserted == 0:
-            failures.append(f"{r.env}: no batch of the actor reached the learner's replay")
+        if r.batches_inserted == 0 or r.learner_updates == 0:
+            failures.append(f"{r.env}: the actor's batches did not reach the learner's replay "
+                            f"({r.batches_inserted} batches, {r.learner_updates} updates)")
         if args.chroot is None and not args.no_targets:
             if r.peak_mb >= TARGET_MB[r.env]:
                 failures.append(f"{r.env}: peak {r.peak_mb:.1f} MB, target < "

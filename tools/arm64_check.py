@@ -8,7 +8,7 @@ through qemu-user (binfmt_misc), installs edge-rl there from aarch64 wheels the 
 docs/raspberry-pi.md says, and checks, under emulation:
   1. `edge-rl eval` of an int8 CartPole policy trained and exported on x86 scores >= 475;
   2. its greedy actions on observations recorded on x86 match x86's (>= 99% identical), and a
-     continuous (TD3) policy's are within one output quantization step of x86's;
+     continuous (TD3) policy's are within one quantization step of the action of x86's;
   3. `edge-rl actor` joins an x86 `edge-rl learner` on loopback and its batches reach the
      learner's replay (tools/actor_footprint.py, which also measures peak RSS and the time to
      the first action there);
@@ -63,10 +63,10 @@ HOME = "/root"  # the Pi's home folder, in the root
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 QEMU_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
 SOLVED = 475.0
-# Seconds the check took on this 2-core machine: building the root once, and the rest
-# (wheels, install, x86 training when not cached, the checks under emulation).
+# Seconds the check takes on this 2-core machine: building the root once (about 15 min), and
+# the rest (132 s with the root and the x86 runs cached; training those adds about 2 min).
 ROOT_BUILD_SECONDS = 900
-CHECK_SECONDS = 900
+CHECK_SECONDS = 360
 
 
 class CheckFailed(RuntimeError):
@@ -83,6 +83,14 @@ def run(command: list[str] | str, **kwargs) -> subprocess.CompletedProcess:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
         raise CheckFailed(f"`{shown}` exited {done.returncode}:\n{tail}")
     return done
+
+
+def mount_proc(root: Path) -> None:
+    """/proc inside the root, as on a board (the actor reads its start time there)."""
+    proc = root / "proc"
+    if not os.path.ismount(proc):
+        proc.mkdir(exist_ok=True)
+        run(["mount", "-t", "proc", "proc", str(proc)])
 
 
 def in_root(root: Path, script: str) -> subprocess.CompletedProcess:
@@ -241,12 +249,19 @@ def compare_actions(root: Path, policy_file: Path, name: str) -> str:
         if same < 0.99:
             raise CheckFailed(line + " (needs >= 99%)")
     else:
-        step = policy.output_quantization[0]
+        # An action is tanh's int8 output (fixed step 1/128) scaled to the bounds, then
+        # requantized to the output tensor's finer step. A kernel that rounds one tanh level
+        # differently on arm64 moves the action by one tanh step, and the requantization
+        # rounds that once more: one step of the action is the tanh step plus the output's.
+        half_range = float(np.max(0.5 * (policy.high - policy.low)))
+        output_step = policy.output_quantization[0]
+        step = half_range / 128 + output_step
         worst = float(np.abs(arm.astype(np.float64) - x86).max())
         line = (f"{name}: arm64 vs x86 actions differ by at most {worst:.3g} on {len(x86)} "
-                f"observations (output step {step:.3g})")
+                f"observations (one action step: tanh's {half_range / 128:.3g} + the "
+                f"output's {output_step:.3g})")
         if worst > step * 1.001 + 1e-6:
-            raise CheckFailed(line + " (needs <= one output step)")
+            raise CheckFailed(line + " (needs <= one action step)")
     return line + f"; arm64 runtime {done.stdout.strip().splitlines()[-1]}"
 
 
@@ -299,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         ensure_binfmt()
         for what, step in (("arm64 root", lambda: ensure_root(root)),
                            ("aarch64 wheels", lambda: build_wheels(args.cache)),
-                           ("install in the root", lambda: install(root, wheels))):
+                           ("install in the root", lambda: install(root, wheels)),
+                           ("/proc in the root", lambda: mount_proc(root))):
             t = time.monotonic()
             step()
             report.append(f"{what}: {time.monotonic() - t:.0f} s")
