@@ -31,14 +31,13 @@ from typing import Any
 import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
+from edge_rl.converters.tflite import _TYPE_NAMES, _builtin, _read_model, _text
 from edge_rl.device.runtime import EDGETPU_CUSTOM_OP
 
 _OP = schema.BuiltinOperator
 _TYPE = schema.TensorType
 OP_NAMES = {value: name for name, value in vars(_OP).items()
             if not name.startswith("_") and isinstance(value, int)}
-_TYPE_NAMES = {value: name.lower() for name, value in vars(_TYPE).items()
-               if not name.startswith("_") and isinstance(value, int)}
 
 # The Edge TPU runtime version libedgetpu 16.0 (the last release) reports.
 EDGETPU_RUNTIME_VERSION = 14
@@ -69,7 +68,7 @@ def edgetpu_problems(model_bytes: bytes,
 
     `runtime_version`: the oldest Edge TPU runtime the model must run on (edgetpu_compiler -m).
     """
-    model = _read(model_bytes)
+    model = _read_model(model_bytes)
     graph = model.subgraphs[0]
     problems = []
     if len(model.subgraphs) > 1:
@@ -80,9 +79,8 @@ def edgetpu_problems(model_bytes: bytes,
 
     # operators: in Coral's table, at a runtime version the target has
     for i, op in enumerate(graph.operators or []):
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-        name = op_name(code)
+        builtin = _builtin(model, op)
+        name = op_name(model, op)
         if builtin == _OP.CUSTOM:
             if name != EDGETPU_CUSTOM_OP:
                 problems.append(f"custom operator {name} (op {i}) is not supported by the "
@@ -151,12 +149,11 @@ def check_edgetpu(model_bytes: bytes, runtime_version: int = EDGETPU_RUNTIME_VER
 def cpu_fallback_notes(model_bytes: bytes) -> list[str]:
     """Known limitations (Coral's table) of supported ops, that may leave an op and everything
     after it on the CPU; checked for MEAN and SOFTMAX, the ops edge-rl's networks use."""
-    model = _read(model_bytes)
+    model = _read_model(model_bytes)
     graph = model.subgraphs[0]
     notes = []
     for i, op in enumerate(graph.operators or []):
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+        builtin = _builtin(model, op)
         if op.inputs is None or not len(op.inputs):
             continue
         shape = [int(d) for d in graph.tensors[int(op.inputs[0])].shape]
@@ -177,20 +174,16 @@ def cpu_fallback_notes(model_bytes: bytes) -> list[str]:
 
 def op_names(model_bytes: bytes) -> list[str]:
     """The main graph's operators by name (builtin name, or a custom op's code), in order."""
-    model = _read(model_bytes)
-    return [op_name(model.operatorCodes[op.opcodeIndex])
-            for op in model.subgraphs[0].operators or []]
+    model = _read_model(model_bytes)
+    return [op_name(model, op) for op in model.subgraphs[0].operators or []]
 
 
-def op_name(code: Any) -> str:
-    builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+def op_name(model: Any, op: Any) -> str:
+    """An operator's builtin name, or a custom op's code."""
+    builtin = _builtin(model, op)
     if builtin == _OP.CUSTOM:
-        return _text(code.customCode) or "CUSTOM"
+        return _text(model.operatorCodes[op.opcodeIndex].customCode) or "CUSTOM"
     return OP_NAMES.get(builtin, f"builtin {builtin}")
-
-
-def _read(model_bytes: bytes) -> Any:
-    return schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
 
 
 def _tensor_label(model: Any, graph: Any, index: int, producers: dict[int, int]) -> str:
@@ -198,7 +191,7 @@ def _tensor_label(model: Any, graph: Any, index: int, producers: dict[int, int])
     label = f"tensor {_text(graph.tensors[index].name)!r}"
     if index in producers:
         op = graph.operators[producers[index]]
-        label += (f" (output of operator {op_name(model.operatorCodes[op.opcodeIndex])} "
+        label += (f" (output of operator {op_name(model, op)} "
                   f"(op {producers[index]}))")
     return label
 
@@ -218,9 +211,3 @@ def _constant(model: Any, tensor: Any) -> np.ndarray | None:
 
 def _type_name(tensor_type: int) -> str:
     return _TYPE_NAMES.get(tensor_type, f"type {tensor_type}")
-
-
-def _text(value: bytes | str | None) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value or ""

@@ -39,7 +39,6 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
-from edge_rl.converters.edgetpu import check_edgetpu
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.tf_setup import tf
 
@@ -143,6 +142,8 @@ def convert(
         if precision != "edgetpu":  # an Edge TPU model keeps batch 1: it is compiled in
             _check_batches(flat, obs_shape)
     if precision == "edgetpu":
+        from edge_rl.converters.edgetpu import check_edgetpu  # it builds on this module
+
         check_edgetpu(flat)
     return attach_metadata(flat, metadata)
 

@@ -301,19 +301,21 @@ def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str |
     if cpu_watts < 0:
         raise UserError("--cpu-watts must not be negative")
     if print_systemd_unit:
+        from click.core import ParameterSource
+
         from edge_rl.device.systemd import actor_unit
 
-        args = ["--learner", learner]
-        for flag, value in (("--token-file", token_file), ("--tls-ca", tls_ca),
-                            ("--spool", spool)):  # a service runs elsewhere: absolute paths
-            if value is not None:
-                args += [flag, str(Path(value).expanduser().absolute())]
-        for flag, value, default in (("--spool-max-mb", spool_max_mb, 256.0),
-                                     ("--actor-id", actor_id, None),
-                                     ("--max-steps", max_steps, None),
-                                     ("--cpu-watts", cpu_watts, DEFAULT_CPU_WATTS)):
-            if value != default:
-                args += [flag, str(value)]
+        # the options given here, as given; paths absolute, since a service runs elsewhere
+        ctx = click.get_current_context()
+        args = []
+        for name in ("learner", "token_file", "tls_ca", "spool", "spool_max_mb", "actor_id",
+                     "max_steps", "cpu_watts"):
+            value = ctx.params[name]
+            if ctx.get_parameter_source(name) is ParameterSource.DEFAULT or value is None:
+                continue
+            if name in ("token_file", "tls_ca", "spool"):
+                value = Path(value).expanduser().absolute()
+            args += ["--" + name.replace("_", "-"), str(value)]
         click.echo(actor_unit(args, learner, has_spool=spool is not None), nl=False)
         return
 

@@ -57,15 +57,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def learner_status(port: int, token: str):
-    return status_if_up(f"127.0.0.1:{port}", token)
-
-
 def wait_for_policy(port: int, token: str, timeout: float) -> None:
     """Until the learner answers and has published its first policy."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = learner_status(port, token)
+        status = status_if_up(f"127.0.0.1:{port}", token)
         if status is not None and status.policy_version >= 1:
             return
         time.sleep(0.5)
@@ -82,7 +78,7 @@ def start_learner(env: str, port: int, token_file: Path, run_dir: Path, log: Pat
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def measure_actor(command: list[str], steps: int, log: Path) -> tuple[float, float, float]:
+def measure_actor(command: list[str], log: Path) -> tuple[float, float, float]:
     """Run the actor command under /usr/bin/time -v: (peak MB, first action s, steps/s)."""
     done = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True,
                           timeout=1800)
@@ -124,12 +120,12 @@ def footprint(env: str, steps: int, work: Path, chroot: Path | None,
             command = [HOST_EDGE_RL, *actor_args]
             where = "x86_64"
         began = time.monotonic()
-        peak_mb, first_s, rate = measure_actor(command, steps, work / f"actor-{env}.log")
+        peak_mb, first_s, rate = measure_actor(command, work / f"actor-{env}.log")
         wall = time.monotonic() - began
         # what reached the learner: the actor's batches in its replay, and updates on them
         deadline = time.monotonic() + 30
         while True:
-            status = learner_status(port, token)
+            status = status_if_up(f"127.0.0.1:{port}", token)
             if status is None:
                 raise RuntimeError("the learner stopped answering")
             if status.learner_updates > 0 or time.monotonic() > deadline:

@@ -150,14 +150,13 @@ def ensure_root(root: Path) -> None:
 
 
 def build_wheels(work: Path) -> None:
-    """On the workstation (in a copy of the repository): edge-rl's wheel, and every aarch64
-    wheel its install needs, into work/wheels."""
+    """On the workstation: edge-rl's wheel, and every aarch64 wheel its install needs, into
+    work/wheels (the page's commands, with the repository named instead of `.`)."""
     for old in (work / "wheels").glob("edge_rl-*.whl"):
         old.unlink()
     env = {**os.environ, "PATH": f"{HOST_BIN}:{os.environ.get('PATH', '')}"}
-    for command in WORKSTATION_COMMANDS.values():
-        run(command.replace(" .", f" {REPO}") if command.endswith(" .") else command,
-            cwd=work, env=env)
+    run(WORKSTATION_COMMANDS["wheel"].removesuffix(" .") + f" {REPO}", cwd=work, env=env)
+    run(WORKSTATION_COMMANDS["download"], cwd=work, env=env)
 
 
 def install(root: Path, wheels: Path) -> None:
