@@ -255,7 +255,7 @@ class PolicyPatcher:
                 raise ValueError("int8 policies need calibration observations")
             rows = calibration_rows(calibration, self.observation_shape)
             if self.scales_input:
-                scales = input_scales(rows)
+                scales = input_scales(rows, weights[0][0])
                 rows = rows / scales.reshape(self.observation_shape)
                 weights = _scale_first_kernel(weights, scales)
                 metadata = replace(metadata, input_scale=tuple(float(x) for x in scales))

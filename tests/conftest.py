@@ -11,6 +11,13 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 EDGE_RL = str(Path(sys.executable).parent / "edge-rl")
 
 
+def pytest_collection_modifyitems(items):
+    """Files with slow tests first (in their own order): the two xdist workers then share the
+    long files and finish on short ones, instead of one long file running alone at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 def edge_rl(*args, cwd=None, timeout=900):
     """Run the installed `edge-rl` command in a real process."""
     return subprocess.run([EDGE_RL, *map(str, args)], capture_output=True, text=True,

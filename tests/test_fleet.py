@@ -25,6 +25,8 @@ from edge_rl.device import wire_pb2, wire_pb2_grpc
 from edge_rl.device.client import LearnerClient
 from edge_rl.replay_log import read_records
 
+pytestmark = pytest.mark.slow
+
 
 def inserted(port, token, actor_id):
     reply = status(port, token)
@@ -38,7 +40,7 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
     token_file, token = write_token(tmp_path)
     run = tmp_path / "run"
     learner_args = ["learner", "--env", "CartPole-v1", "--algo", "dqn", "--port", port,
-                    "--token-file", token_file, "--out", run, "--steps", 60_000, "--seed", 0,
+                    "--token-file", token_file, "--out", run, "--steps", 20_000, "--seed", 0,
                     "--updates-per-step", 0.05, "--batch-transitions", 32,
                     "--checkpoint-every", 4_000, "--eval-every", 10**9, "--eval-episodes", 2]
     spools = {"a": tmp_path / "spool-a", "b": tmp_path / "spool-b"}

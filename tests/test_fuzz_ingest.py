@@ -8,12 +8,15 @@ import signal
 
 import grpc
 import numpy as np
+import pytest
 from fleet import final_ledger, free_port, start, status, stop, wait_for, write_token
 
 from edge_rl.device import wire_pb2
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.wire import PROTOCOL_VERSION, Transitions, encode_batch, to_tensor
 from edge_rl.replay_log import read_records
+
+pytestmark = pytest.mark.slow
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION

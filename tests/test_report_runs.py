@@ -1,4 +1,6 @@
-"""`edge-rl report` on real short runs: its table must agree with what the runs logged."""
+"""Two real short lockstep runs (fp32 and int8 actors) serve two checks: `edge-rl report`'s
+table must agree with what the runs logged, and a rerun from the int8 run's saved config must
+reproduce it exactly."""
 
 import json
 
@@ -6,9 +8,27 @@ import pytest
 from conftest import edge_rl
 from test_report import tables
 
+from edge_rl.config import TrainConfig
+
 pytestmark = pytest.mark.slow
 
 THRESHOLD = 25.0  # low: a 2500-step CartPole run of either precision gets there
+RUN_FLAGS = ("--lockstep", "--steps", "2500", "--eval-every", "500", "--eval-episodes", "3",
+             "--seed", "3")
+
+
+def train(out, *args) -> dict:
+    result = edge_rl("train", "--out", out, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{precision: (run directory, summary)} of two 2500-step CartPole runs."""
+    root = tmp_path_factory.mktemp("runs")
+    return {p: (root / p, train(root / p, *RUN_FLAGS, "--actor-precision", p))
+            for p in ("fp32", "int8")}
 
 
 def first_reaching(summary, threshold):
@@ -18,18 +38,10 @@ def first_reaching(summary, threshold):
     return None
 
 
-def test_report_of_fp32_and_int8_runs_matches_their_summaries(tmp_path):
-    summaries = {}
-    for precision in ("fp32", "int8"):
-        out = tmp_path / precision
-        result = edge_rl("train", "--out", out, "--lockstep", "--steps", "2500",
-                         "--eval-every", "500", "--eval-episodes", "3", "--seed", "3",
-                         "--actor-precision", precision)
-        assert result.returncode == 0, result.stderr[-3000:]
-        summaries[precision] = json.loads((out / "summary.json").read_text())
-
+def test_report_of_fp32_and_int8_runs_matches_their_summaries(runs, tmp_path):
+    summaries = {p: summary for p, (_, summary) in runs.items()}
     report = tmp_path / "report"
-    result = edge_rl("report", tmp_path / "fp32", tmp_path / "int8", "-o", report,
+    result = edge_rl("report", runs["fp32"][0], runs["int8"][0], "-o", report,
                      "--threshold", str(THRESHOLD))
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("report.md", "returns_vs_time_CartPole-v1.png",
@@ -53,3 +65,16 @@ def test_report_of_fp32_and_int8_runs_matches_their_summaries(tmp_path):
         f"{energy['fp32'] / energy['int8']:.2f}×"
     # an int8 policy is about a quarter of an fp32 one on the wire
     assert summaries["int8"]["policy_bytes"] < summaries["fp32"]["policy_bytes"] / 2
+
+
+def test_lockstep_runs_are_reproducible_and_a_saved_config_reruns_them(runs, tmp_path):
+    first_dir, first = runs["int8"]
+    # flags given with --config override the saved ones: energy tracking off this time,
+    # which must not change what is learned
+    second = train(tmp_path / "again", "--config", first_dir / "config.json", "--no-carbon")
+    assert "energy" in first and "energy" not in second
+    assert TrainConfig.load(tmp_path / "again" / "config.json").carbon is False
+    assert first["final_return"]["mean"] == second["final_return"]["mean"]
+    assert first["updates"] == second["updates"]
+    policies = [(run / "policy.tflite").read_bytes() for run in (first_dir, tmp_path / "again")]
+    assert policies[0] == policies[1]

@@ -80,17 +80,6 @@ def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_
     assert load_policy(tmp_path / "p16.tflite").metadata.precision == "fp16"
 
 
-def test_lockstep_runs_are_reproducible_and_a_saved_config_reruns_them(tmp_path):
-    first = train(tmp_path / "a", "--lockstep", "--steps", "2500", "--eval-every", "2000",
-                  "--seed", "3", "--eval-episodes", "5", "--no-carbon")
-    second = train(tmp_path / "b", "--config", tmp_path / "a" / "config.json")
-    assert "energy" not in first and "energy" not in second  # --no-carbon, kept in the config
-    assert first["final_return"]["mean"] == second["final_return"]["mean"]
-    assert first["updates"] == second["updates"]
-    policies = [(tmp_path / run / "policy.tflite").read_bytes() for run in "ab"]
-    assert policies[0] == policies[1]
-
-
 def test_resume_restores_steps_weights_and_policy_version(tmp_path):
     from edge_rl.config import TrainConfig
     from edge_rl.train import Training
@@ -126,17 +115,18 @@ def test_resume_restores_steps_weights_and_policy_version(tmp_path):
                                               ("d4pg", "int8"), ("td3", "tf-fp32")])
 def test_continuous_control_beats_minus_400_on_pendulum(algo, precision, tmp_path):
     """tf-fp32: the framework baseline, whose actor acts with TF-Agents' own policy. D4PG's
-    support covers Pendulum's returns (a 200-step episode costs between about -1600 and 0);
-    it runs in lockstep, reproducibly: seed 0 reaches -303 at 7.5k steps and -150 at 10k (a
-    free-running seed-0 run ended at -442 once in CI)."""
+    support covers Pendulum's returns (a 200-step episode costs between about -1600 and 0).
+    The runs are in lockstep, hence reproducible whatever else shares the cores: free-running,
+    a TD3 seed-0 run ended at -529 once, with the other pytest worker busy beside it (and
+    D4PG's at -442 once in CI)."""
     out = tmp_path / algo
-    d4pg_flags = ["--v-min", "-1600", "--v-max", "0", "--lockstep"] if algo == "d4pg" else []
+    d4pg_flags = ["--v-min", "-1600", "--v-max", "0"] if algo == "d4pg" else []
     summary = train(
         out, "--algo", algo, "--env", "Pendulum-v1", "--steps", "15000",
         "--hidden", "64,64", "--batch-size", "128", "--warmup-steps", "1000",
         "--learning-rate", "0.001", "--eval-every", "2500", "--eval-episodes", "10",
         "--publish-every", "1000", "--target-return", "-250", "--seed", "0",
-        "--actor-precision", precision, *d4pg_flags,
+        "--actor-precision", precision, "--lockstep", *d4pg_flags,
     )
     assert summary["best_return"]["mean"] > -400
     # flow control: the learner trails the samples-per-insert target (1 update per step after
