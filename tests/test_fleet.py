@@ -39,8 +39,10 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
     port = free_port()
     token_file, token = write_token(tmp_path)
     run = tmp_path / "run"
+    # 60k steps: the resumed learner must not reach its budget before the actors have
+    # delivered what they spooled while it was down (at 20k it did, once, beside the arm64 check)
     learner_args = ["learner", "--env", "CartPole-v1", "--algo", "dqn", "--port", port,
-                    "--token-file", token_file, "--out", run, "--steps", 20_000, "--seed", 0,
+                    "--token-file", token_file, "--out", run, "--steps", 60_000, "--seed", 0,
                     "--updates-per-step", 0.05, "--batch-transitions", 32,
                     "--checkpoint-every", 4_000, "--eval-every", 10**9, "--eval-episodes", 2]
     spools = {"a": tmp_path / "spool-a", "b": tmp_path / "spool-b"}
