@@ -176,6 +176,36 @@ def reached_threshold(setting: Setting, threshold: float) -> list[tuple[float, i
     return [time for time in times if time is not None]
 
 
+# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom; from a t table.
+# Welch's degrees of freedom are rounded down onto this table, which widens the interval.
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000,
+         120: 1.980}
+
+
+def final_score_difference(baseline_scores: list[float],
+                           scores: list[float]) -> tuple[float, float, float] | None:
+    """This setting's mean final score minus the baseline's, with Welch's 95% interval.
+
+    (difference, low, high), or None when either side has fewer than two seeds. Welch's
+    interval does not assume the two settings spread alike, and with few seeds it is wide:
+    that width is the point, it says how unequal two final scores can be and still look alike.
+    """
+    if len(baseline_scores) < 2 or len(scores) < 2:
+        return None
+    a, b = np.asarray(baseline_scores, float), np.asarray(scores, float)
+    var_a, var_b = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    difference = float(b.mean() - a.mean())
+    if var_a + var_b == 0:
+        return difference, difference, difference
+    # Welch-Satterthwaite degrees of freedom
+    dof = (var_a + var_b) ** 2 / (
+        var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    t = T_975[max(d for d in T_975 if d <= max(1.0, dof))]
+    half = t * float(np.sqrt(var_a + var_b))
+    return difference, difference - half, difference + half
+
+
 def energy_kwh(run: Run) -> float | None:
     return (run.summary.get("energy") or {}).get("kwh")
 

@@ -5,8 +5,9 @@ actor precision and sparsity form one *setting*; its seeds are averaged. For eac
 report draws the greedy evaluation return against wall-clock time and against env steps
 (one line per setting, with a min-max band over seeds), and writes report.md with, per
 setting: the time and env steps to reach a return threshold, the speed-up against a baseline
-setting, the final score, energy and CO2 (and their ratios against the baseline), the policy
-bytes per broadcast, the actors' steps/s and where the learner's and the actors' time went.
+setting, the final score (and its difference from the baseline's, with a 95% interval),
+energy and CO2 (and their ratios against the baseline), the policy bytes per broadcast, the
+actors' steps/s and where the learner's and the actors' time went.
 
 Only numpy and the standard library are imported here; matplotlib is imported when a plot is
 drawn, and TensorFlow never: a report can be made on any machine that has the run folders.
@@ -29,6 +30,7 @@ from edge_rl.compare import (
     co2_grams,
     default_threshold,
     energy_kwh,
+    final_score_difference,
     group_settings,
     load_run,
     mean_or_none,
@@ -168,10 +170,27 @@ def results_table(settings: list[Setting], threshold: float, baselines: dict) ->
         final = _number(float(np.mean(scores)))
         if seeds > 1:
             final += f" ± {_number(float(np.std(scores, ddof=1)))}"
+        against = "-"
+        if baseline is not None and baseline is not setting:
+            against = _difference(baseline.final_scores(), scores)
         seed_list = ", ".join(run.seed_text for run in setting.runs)
-        rows.append([setting.name, f"{seeds} ({seed_list})", seconds, steps, speed_up, final])
+        rows.append([setting.name, f"{seeds} ({seed_list})", seconds, steps, speed_up, final,
+                     against])
     return markdown_table(["setting", "seeds", "time to threshold (s)", "env steps to threshold",
-                           "speed-up vs baseline", "final score"], rows)
+                           "speed-up vs baseline", "final score",
+                           "final score vs baseline (95% CI)"], rows)
+
+
+def _difference(baseline_scores: list[float], scores: list[float]) -> str:
+    """'-8.3% (-46.1% to +29.4%)': the difference of mean final scores and Welch's 95%
+    interval, in % of the baseline's |mean| (absolute when that mean is 0)."""
+    found = final_score_difference(baseline_scores, scores)
+    if found is None:
+        return "- (needs 2 seeds each)"
+    scale = abs(float(np.mean(baseline_scores)))
+    if scale == 0:
+        return "{:+,.1f} ({:+,.1f} to {:+,.1f})".format(*found)
+    return "{:+.1%} ({:+.1%} to {:+.1%})".format(*(value / scale for value in found))
 
 
 def costs_table(settings: list[Setting], baselines: dict) -> list[str]:
@@ -225,7 +244,10 @@ def env_section(settings: list[Setting], threshold: float, threshold_note: str,
         baseline_note = (f"Baseline: {', '.join(used)}. Speed-up is the baseline's time to "
                          "threshold over this setting's (each the mean over the seeds that "
                          "reached it); cost ratios are baseline / this. Above 1 means faster "
-                         "or cheaper.")
+                         "or cheaper. The final score's difference from the baseline comes with "
+                         "Welch's 95% confidence interval over the seeds: an interval that "
+                         "holds 0 finds no difference, and its width bounds the one there "
+                         "could be.")
     else:
         reason = ("no fp32 dense run of the same algo" if baseline_key is None
                   else "the chosen baseline has no runs in it")

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from edge_rl.compare import default_threshold, time_to_threshold
+from edge_rl.compare import default_threshold, final_score_difference, time_to_threshold
 from edge_rl.device.errors import UserError
 from edge_rl.report import build_report, env_filename
 
@@ -168,6 +168,29 @@ def test_final_score_is_mean_and_std_over_seeds(report):
     assert results["td3 int8 dense"]["final score"] == expected == "-135.0 ± 1.4"
     assert results["td3 int8 90% sparse"]["final score"] == "-142.0"  # one seed: no ±
     assert results["td3 int8 dense"]["seeds"] == "2 (0, 1)"
+
+
+def test_final_score_difference_is_welchs_interval():
+    # by hand: difference -1; each mean's variance 4/3; Welch's dof (8/3)^2 / (2 (4/3)^2 / 2)
+    # = 4, t(0.975, 4) = 2.776; half-width 2.776 * sqrt(8/3) = 4.533
+    difference, low, high = final_score_difference([10, 12, 14], [9, 11, 13])
+    assert difference == pytest.approx(-1.0)
+    assert (low, high) == pytest.approx((-5.533, 3.533), abs=1e-3)
+    # unequal spreads: dof = (1/3 + 16/3)^2 / ((1/3)^2/2 + (16/3)^2/2) = 2.24, rounded down
+    # to 2 (t = 4.303); half-width 4.303 * sqrt(17/3) = 10.243
+    difference, low, high = final_score_difference([9, 10, 11], [0, 4, 8])
+    assert (difference, low, high) == pytest.approx((-6.0, -16.243, 4.243), abs=1e-3)
+    assert final_score_difference([5, 5], [5, 5]) == (0.0, 0.0, 0.0)
+    assert final_score_difference([1.0], [1.0, 2.0]) is None
+
+
+def test_final_score_against_baseline_in_percent_with_its_interval(report):
+    results = tables(report[1], PENDULUM)["Results"]
+    column = "final score vs baseline (95% CI)"
+    # fp32 finals -140, -138; int8 -136, -134: +4 ± 4.303 * sqrt(2), over |mean| 139
+    assert results["td3 int8 dense"][column] == "+2.9% (-1.5% to +7.3%)"
+    assert results["td3 fp32 dense"][column] == "-"  # the baseline itself
+    assert results["td3 int8 90% sparse"][column] == "- (needs 2 seeds each)"
 
 
 def test_energy_ratio_is_baseline_over_setting_and_missing_energy_is_a_dash(report):
