@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,13 @@ def edge_rl(*args, cwd=None, timeout=900):
     """Run the installed `edge-rl` command in a real process."""
     return subprocess.run([EDGE_RL, *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout)
+
+
+def train(out, *args) -> dict:
+    """`edge-rl train --out OUT ARGS` in a real process, which must succeed; its summary.json."""
+    result = edge_rl("train", "--out", out, *args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads((Path(out) / "summary.json").read_text())
 
 
 @pytest.fixture(scope="session")

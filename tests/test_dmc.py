@@ -1,11 +1,10 @@
 """The DeepMind Control Suite through shimmy ([dmc] extra), and D4PG on it end to end."""
 
-import json
 import sys
 
 import numpy as np
 import pytest
-from conftest import edge_rl
+from conftest import edge_rl, train
 
 from edge_rl.device.envs import describe_env, make_env
 from edge_rl.device.errors import UserError
@@ -51,12 +50,10 @@ def test_d4pg_on_the_control_suite_resumes_exports_evaluates_and_reports(tmp_pat
     from edge_rl.train import Training
 
     out = tmp_path / "run"
-    result = edge_rl("train", "--algo", "d4pg", "--env", CARTPOLE, "--out", out, "--lockstep",
-                     "--steps", "3000", "--warmup-steps", "1000", "--hidden", "32,32",
-                     "--batch-size", "64", "--eval-every", "1500", "--eval-episodes", "1",
-                     "--publish-every", "500", "--seed", "0")
-    assert result.returncode == 0, result.stderr[-4000:]
-    first = json.loads((out / "summary.json").read_text())
+    first = train(out, "--algo", "d4pg", "--env", CARTPOLE, "--lockstep", "--steps", "3000",
+                  "--warmup-steps", "1000", "--hidden", "32,32", "--batch-size", "64",
+                  "--eval-every", "1500", "--eval-episodes", "1", "--publish-every", "500",
+                  "--seed", "0")
     assert (first["algo"], first["env"], first["precision"]) == ("d4pg", CARTPOLE, "int8")
     assert first["updates"] > 500 and first["policies_published"] >= 1
     assert 0.0 <= first["final_return"]["mean"] <= 1000.0

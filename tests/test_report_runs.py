@@ -2,10 +2,9 @@
 table must agree with what the runs logged, and a rerun from the int8 run's saved config must
 reproduce it exactly."""
 
-import json
 
 import pytest
-from conftest import edge_rl
+from conftest import edge_rl, train
 from test_report import tables
 
 from edge_rl.config import TrainConfig
@@ -15,12 +14,6 @@ pytestmark = pytest.mark.slow
 THRESHOLD = 25.0  # low: a 2500-step CartPole run of either precision gets there
 RUN_FLAGS = ("--lockstep", "--steps", "2500", "--eval-every", "500", "--eval-episodes", "3",
              "--seed", "3")
-
-
-def train(out, *args) -> dict:
-    result = edge_rl("train", "--out", out, *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads((out / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import edge_rl
+from conftest import edge_rl, train
 
 from edge_rl.device import load_policy
 
@@ -14,11 +14,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def sparse_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sparse") / "run"
-    result = edge_rl("train", "--out", out, "--algo", "td3", "--env", "Pendulum-v1",
-                     "--sparsity", "0.9", "--rlx2", "--steps", "15000", "--eval-every", "2500",
-                     "--eval-episodes", "10", "--topology-interval", "2500", "--seed", "0")
-    assert result.returncode == 0, result.stderr[-4000:]
-    return out, json.loads((out / "summary.json").read_text())
+    return out, train(out, "--algo", "td3", "--env", "Pendulum-v1", "--sparsity", "0.9",
+                      "--rlx2", "--steps", "15000", "--eval-every", "2500", "--eval-episodes",
+                      "10", "--topology-interval", "2500", "--seed", "0")
 
 
 def test_sparse_rlx2_td3_learns_pendulum(sparse_run):

@@ -7,18 +7,12 @@ below what the fixed seeds reach (DQN lockstep is reproducible: seed 2 reaches 3
 import json
 
 import pytest
-from conftest import edge_rl
+from conftest import edge_rl, train
 
 from edge_rl.converters import weight_dtypes
 from edge_rl.device import load_policy
 
 pytestmark = pytest.mark.slow
-
-
-def train(out, *args):
-    result = edge_rl("train", "--out", out, *args)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads((out / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +92,7 @@ def test_resume_restores_steps_weights_and_policy_version(tmp_path):
     assert result.mean == first["final_return"]["mean"]
     assert resumed.state.policy_version == first["policies_published"] + 1
 
-    result = edge_rl("train", "--resume", "--out", out, "--steps", "4500")
-    assert result.returncode == 0, result.stderr[-4000:]
-    second = json.loads((out / "summary.json").read_text())
+    second = train(out, "--resume", "--steps", "4500")
     assert second["steps"] >= 4500
     assert second["updates"] > first["updates"]
     assert second["final_return"]["policy_version"] > first["final_return"]["policy_version"]
