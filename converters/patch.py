@@ -13,8 +13,10 @@ policy file by copying the template's bytes and overwriting, at offsets found on
     and lost); its ops line up one to one with the int8 model's, less the QUANTIZE at the
     input and the DEQUANTIZE at the output;
   * the metadata JSON, written into room the template reserved for it;
-  * for int8 networks with per-feature input scales (see edge_rl.converters.tflite), the
-    scales, found anew from each calibration and multiplied into the first kernel's rows.
+  * for int8 networks whose first layer is float32 (see edge_rl.converters.tflite), its
+    weights and bias as they are; the int8 range of its output from the calibration rows.
+Ranges that mathematics fixes (a TANH's input, the scaling to the action bounds: see
+edge_rl.converters.flatbuffer) stay as the template has them.
 None of these change size. A network the patcher cannot reproduce (an op whose quantization
 it does not know, a weight folded into another constant) raises NotPatchable when the
 patcher is built; callers then convert every time.
@@ -32,16 +34,13 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
-from edge_rl.converters.tflite import (
-    _builtin,
-    _read_model,
-    _text,
-    attach_metadata,
-    calibration_rows,
-    convert,
-    input_scales,
-)
-from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata, read_policy_metadata
+from edge_rl.converters.flatbuffer import asymmetric_int8, bounded_ranges
+from edge_rl.converters.flatbuffer import builtin as _builtin
+from edge_rl.converters.flatbuffer import read_model as _read_model
+from edge_rl.converters.flatbuffer import round_half_away as _round
+from edge_rl.converters.flatbuffer import text as _text
+from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert
+from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.device.tflite_file import buffer_span, quantization_spans
 from edge_rl.tf_setup import tf
 
@@ -173,14 +172,10 @@ class PolicyPatcher:
         finally:
             for layer, weights in zip(self.layers, real, strict=True):
                 layer.set_weights(weights)
-        # int8 networks starting with a Dense layer take scaled inputs (its kernel rows scaled)
-        template_scales = read_policy_metadata(template).input_scale
-        self.scales_input = template_scales is not None
-        template = attach_metadata(template, replace(metadata, input_scale=template_scales),
-                                   spare_bytes=METADATA_SPARE_BYTES)
+        template = attach_metadata(template, metadata, spare_bytes=METADATA_SPARE_BYTES)
         self.layout = _Layout(template, self.layers)
         self.twin = _Layout(_all_tensors_as_outputs(twin), self.layers)
-        self._check_numbers(self.layout, _scale_first_kernel(probes, template_scales))
+        self._check_numbers(self.layout, probes)
         self._check_numbers(self.twin, probes)
         if precision == "int8":
             self.activations = self._line_up_activations()
@@ -211,7 +206,9 @@ class PolicyPatcher:
         and where its (scale, zero point) lie in the file."""
         model, graph = self.layout.model, self.layout.graph
         graph_inputs, graph_outputs = set(graph.inputs), set(graph.outputs)
+        bounded = bounded_ranges(model)
         twin_ops = list(self.twin.graph.operators)
+        float_outputs = {int(i): int(self.twin.graph.inputs[0]) for i in graph_inputs}
         plan: list[_Activation] = []
         k = 0
         for op in graph.operators:
@@ -219,14 +216,21 @@ class PolicyPatcher:
             out = int(op.outputs[0])
             if code == _OP.DEQUANTIZE and out in graph_outputs:
                 continue
-            if code == _OP.QUANTIZE and int(op.inputs[0]) in graph_inputs:
-                rule, source = "data", int(self.twin.graph.inputs[0])
+            if code == _OP.QUANTIZE and int(op.inputs[0]) in float_outputs:
+                rule, source = "data", float_outputs[int(op.inputs[0])]
+            elif code == _OP.FULLY_CONNECTED and graph.tensors[out].type == _TYPE.FLOAT32:
+                # the float input layer: not int8; what it computes is the twin's same op
+                if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
+                    raise NotPatchable("the int8 and fp32 graphs differ op by op")
+                float_outputs[out] = int(twin_ops[k].outputs[0])
+                k += 1
+                continue
             else:
                 if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
                     raise NotPatchable("the int8 and fp32 graphs differ op by op")
                 twin_out = int(twin_ops[k].outputs[0])
                 k += 1
-                if code in _FIXED_RANGE:
+                if code in _FIXED_RANGE or out in bounded:
                     rule, source = "fixed", -1
                 elif code in _KEEPS_INPUT_RANGE and _same_range(graph, out, int(op.inputs[0])):
                     # The quantizer gave this op its input's range (it does so for some
@@ -254,11 +258,6 @@ class PolicyPatcher:
             if calibration is None:
                 raise ValueError("int8 policies need calibration observations")
             rows = calibration_rows(calibration, self.observation_shape)
-            if self.scales_input:
-                scales = input_scales(rows, weights[0][0])
-                rows = rows / scales.reshape(self.observation_shape)
-                weights = _scale_first_kernel(weights, scales)
-                metadata = replace(metadata, input_scale=tuple(float(x) for x in scales))
             self._write_int8(out, weights, rows)
         else:
             for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
@@ -276,8 +275,10 @@ class PolicyPatcher:
         values = self._twin_tensors(weights, rows)
         params: dict[int, tuple[float, int]] = {}  # int8 tensor -> (scale, zero point)
         for a in self.activations:
-            if a.rule == "fixed":
-                params[a.tensor] = (float(_read_f32(self.layout.flat, a.scale_at, 1)[0]), 0)
+            if a.rule == "fixed":  # as the template has it
+                params[a.tensor] = (float(_read_f32(self.layout.flat, a.scale_at, 1)[0]),
+                                    int(np.frombuffer(self.layout.flat, np.int64, 1,
+                                                      a.zero_point_at)[0]))
                 continue
             if a.rule == "input":
                 scale, zero_point = params[a.source]
@@ -289,6 +290,10 @@ class PolicyPatcher:
             _write(out, (a.zero_point_at, 8), np.int64([zero_point]))
         # 2. weights (symmetric int8) and biases (int32 at input scale x weight scale)
         for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
+            if dense.weight.dtype == np.float32:  # the float input layer
+                _write(out, dense.weight.data, kernel.T)
+                _write(out, dense.bias.data, bias)
+                continue
             per_channel = dense.weight.scale[1] > 1
             q_weight, weight_scale = symmetric_int8(kernel.T, per_channel)
             bias_scale = (np.float64(params[dense.input_tensor][0])
@@ -317,29 +322,12 @@ class PolicyPatcher:
         return {tensor: interpreter.get_tensor(tensor) for tensor in wanted}
 
 
-def _scale_first_kernel(weights: list, scales: Any) -> list:
-    """[(kernel, bias)] with the first kernel's row i multiplied by scales[i] (None: as is)."""
-    if scales is None:
-        return weights
-    kernel, bias = weights[0]
-    scaled = kernel * np.asarray(scales, np.float32).reshape(-1, 1)
-    return [(scaled, bias), *weights[1:]]
-
-
 def _same_range(graph: Any, tensor: int, other: int) -> bool:
     a, b = graph.tensors[tensor].quantization, graph.tensors[other].quantization
     return (a is not None and b is not None and a.scale is not None and b.scale is not None
             and np.array_equal(a.scale, b.scale) and np.array_equal(a.zeroPoint, b.zeroPoint))
 
 
-def asymmetric_int8(low: float, high: float) -> tuple[float, int]:
-    """TFLite's int8 activation parameters for values in [low, high] (widened to hold 0)."""
-    low, high = min(low, 0.0), max(high, 0.0)
-    if high == low:
-        return 1.0, -128
-    scale = (high - low) / 255.0
-    zero_point = int(np.clip(_round(-128 - low / scale), -128, 127))
-    return float(np.float32(scale)), zero_point
 
 
 def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -355,9 +343,6 @@ def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, 
     return quantized, scale
 
 
-def _round(x: Any) -> Any:
-    """Round half away from zero, as TFLite's quantizer does (numpy rounds half to even)."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
 def _all_tensors_as_outputs(flat: bytes) -> bytes:

@@ -11,26 +11,34 @@ feeds and reads floats whatever the precision.
 
 An int8 network's input is quantized with one scale for the whole observation, so when its
 features have very different ranges (angles in [-1, 1], velocities of +-50) the narrow ones
-get a few int8 levels. When the network starts with a Dense layer, "int8" therefore gives each
-feature its own scale s_i: the device divides feature i by s_i before it runs the network
-(the file's metadata carries the s_i as `input_scale`), and the kernel's row for feature i is
-multiplied by s_i, so the float network computes the same thing. A Mul inside the graph would
-not do: its output would be quantized with one scale again.
+get a few int8 levels, and a steep policy's action moves by percents of its range within one
+level. When the network starts with a Dense layer, "int8" therefore computes that layer in
+float32 from the raw observation and quantizes its output (edge_rl.converters.flatbuffer):
+int8 from the first hidden activation on, the first layer (features x units) tiny beside the
+rest. Any TFLite runtime is then fed the env's raw observations, with nothing in between.
 
-The same trade moves range from the input into the weights, which are quantized with one
-scale per tensor: s_i = feature i's largest |value| would even out the inputs but leave rows
-of velocities 50x larger than the others (measured on walker-stand: the first layer's int8
-weights alone then cost 0.16 of action, against 0.006 unscaled). So s_i balances the two, as
-SmoothQuant does: s_i = sqrt(a_i / w_i), with a_i the feature's largest |value| in the
-calibration rows and w_i the largest |weight| of its kernel row. The scaled feature and the
-scaled row then both span sqrt(a_i * w_i), a feature's share of either int8 grid growing with
-the most it can add to the layer's output.
+"edgetpu" cannot keep a float layer (the Edge TPU runs integer ops only, and one CPU op before
+them would keep the whole graph on the CPU), so there each feature gets its own scale s_i: the
+kernel's row for feature i is multiplied by s_i and the caller divides feature i by s_i (the
+metadata's `input_scale`, format 2; docs/coral.md). That trade moves range from the input
+into the weights, which the Edge TPU quantizes with one scale per tensor: s_i = feature i's
+largest |value| would even out the inputs but leave rows of velocities 50x larger than the
+others (measured on walker-stand with int8 weights: the first layer's weights alone then
+cost 0.16 of action, against 0.006 unscaled). So s_i balances the two, as SmoothQuant does:
+s_i = sqrt(a_i / w_i), with a_i the feature's largest |value| in the calibration rows and
+w_i the largest |weight| of its kernel row. The scaled feature and the scaled row then both
+span sqrt(a_i * w_i), a feature's share of either int8 grid growing with the most it can add
+to the layer's output.
+
+Ranges fixed by mathematics are never taken from data (`bounded_ranges`): a TANH's input
+and the scaling of its output to the action bounds. All other activations are calibrated on
+the rows given: give many and varied ones (see edge_rl.best_policy).
 
 "edgetpu" is int8 made for Coral's Edge TPU (see edge_rl.converters.edgetpu): int8 input and
 output too (no float QUANTIZE/DEQUANTIZE at the boundary: the device quantizes observations
 and dequantizes outputs itself), one scale per weight tensor, shapes fixed at batch 1 (the
-Edge TPU compiler compiles them in; the batch-resize check is skipped), the same per-feature
-input scales, and the result checked against Coral's requirements (ValueError if it fails).
+Edge TPU compiler compiles them in; the batch-resize check is skipped), the per-feature input
+scales above, and the result checked against Coral's requirements (ValueError if it fails).
 """
 
 from __future__ import annotations
@@ -48,6 +56,12 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from edge_rl.converters.flatbuffer import TYPE_NAMES as _TYPE_NAMES
+from edge_rl.converters.flatbuffer import bounded_ranges, float_input_layer, set_ranges
+from edge_rl.converters.flatbuffer import builtin as _builtin
+from edge_rl.converters.flatbuffer import has_data as _has_data
+from edge_rl.converters.flatbuffer import read_model as _read_model
+from edge_rl.converters.flatbuffer import text as _text
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.tf_setup import tf
 
@@ -56,7 +70,7 @@ PRECISIONS = ("fp32", "fp16", "int8", "edgetpu")
 INTEGER_PRECISIONS = ("int8", "edgetpu")
 
 # Calibration rows fed to the int8 quantizer, one at a time with batch 1.
-MAX_CALIBRATION_ROWS = 500
+MAX_CALIBRATION_ROWS = 3000
 # A feature whose calibration range (or kernel row) is narrower than this fraction of the widest
 # feature's (row's) is scaled as if it were that wide: a feature that stayed 0, or a row that
 # pruning emptied, must not be blown up to the grid.
@@ -74,11 +88,6 @@ _WEIGHT_OPS = {
 }
 # Ops that only unpack stored weights (fp16 -> fp32, sparse -> dense) on the way to their user.
 _UNPACK_OPS = {_OP.DEQUANTIZE, _OP.DENSIFY}
-_TYPE_NAMES = {
-    value: name.lower()
-    for name, value in vars(schema.TensorType).items()
-    if not name.startswith("_") and isinstance(value, int)
-}
 
 
 def convert(
@@ -115,7 +124,7 @@ def convert(
             raise ValueError(f"{precision} conversion needs calibration observations")
         rows = calibration_rows(calibration, obs_shape)
         first = input_layer(model, obs_shape)
-        if first is not None:
+        if first is not None and precision == "edgetpu":  # the caller divides (docs/coral.md)
             scales = input_scales(rows, first.kernel.numpy())
             rows = rows / scales.reshape(obs_shape)
             metadata = replace(metadata, input_scale=tuple(float(x) for x in scales))
@@ -149,6 +158,10 @@ def convert(
     # needed for the duration of the conversion
     with scaled_kernel_rows(first, scales), _quiet_stderr():
         flat = _run_converter(converter, precision)
+        if precision in INTEGER_PRECISIONS:
+            flat = set_ranges(flat, bounded_ranges(_read_model(flat)))
+        if precision == "int8" and first is not None:
+            flat = float_input_layer(flat, *_kernel_and_bias(first))
         if precision != "edgetpu":  # an Edge TPU model keeps batch 1: it is compiled in
             _check_batches(flat, obs_shape)
     if precision == "edgetpu":
@@ -191,6 +204,12 @@ def input_layer(model: Any, obs_shape: tuple[int, ...]) -> Any:
     if kernel is None or tuple(kernel.shape)[0] != obs_shape[0]:
         return None
     return layers[0]
+
+
+def _kernel_and_bias(layer: Any) -> tuple[np.ndarray, np.ndarray]:
+    kernel = layer.kernel.numpy()
+    bias = layer.bias.numpy() if layer.bias is not None else np.zeros(kernel.shape[1], np.float32)
+    return kernel, bias
 
 
 def input_scales(rows: np.ndarray, kernel: np.ndarray) -> np.ndarray:
@@ -340,32 +359,12 @@ def _weights_and_biases(model: Any) -> tuple[set[str], set[str]]:
     return weights, biases
 
 
-def _read_model(model_bytes: bytes) -> Any:
-    read = getattr(flatbuffer_utils, "read_model_from_bytearray", None) or (
-        flatbuffer_utils.convert_bytearray_to_object
-    )
-    model = read(bytearray(model_bytes))
-    if any(b.offset and b.offset > 1 for b in model.buffers or []):
-        raise ValueError("models with buffers stored outside the flatbuffer are not supported")
-    return model
 
 
-def _has_data(model: Any, tensor: Any) -> bool:
-    if not tensor.buffer or tensor.buffer >= len(model.buffers):
-        return False
-    data = model.buffers[tensor.buffer].data
-    return data is not None and len(data) > 0
 
 
-def _builtin(model: Any, op: Any) -> int:
-    code = model.operatorCodes[op.opcodeIndex]
-    return max(code.builtinCode, code.deprecatedBuiltinCode)
 
 
-def _text(value: bytes | str | None) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value or ""
 
 
 def _check_model(model: Any, obs_shape: tuple[int, ...]) -> None:

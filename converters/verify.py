@@ -14,6 +14,13 @@ import numpy as np
 
 from edge_rl.device.policy import Policy
 
+# What an exported (quantized) policy must hold against fp32 to be written (see
+# `tolerance_failures` and `return_gap`).
+MIN_AGREEMENT = 0.97  # greedy actions that match fp32's, over all observations
+MIN_DECISIVE_AGREEMENT = 0.99  # ... where fp32's best action leads by > two output steps
+MAX_MEAN_ACTION_ERROR = 0.02  # of the action range, averaged over observations and dimensions
+MAX_RETURN_DROP = 0.10  # of fp32's mean greedy return's magnitude (or two standard errors)
+
 
 def compare_policies(
     reference: Policy, candidate: Policy, observations: np.ndarray
@@ -49,15 +56,55 @@ def compare_policies(
             "decisive_n": int(decisive.sum()),
         }
     error = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    span = (candidate.high - candidate.low).astype(np.float64)
+    relative = error / np.where(span > 0, span, 1.0)
     scale, _ = candidate.output_quantization
     if candidate.metadata.output == "mean_log_std":
         scale *= float(np.max(0.5 * (candidate.high - candidate.low)))
     return {
         "max_action_error": float(error.max()),
         "mean_action_error": float(error.mean()),
+        "mean_relative_error": float(relative.mean()),  # in action ranges
         "output_step": float(scale),
         "n": n,
     }
+
+
+def tolerance_failures(comparison: dict[str, Any]) -> list[str]:
+    """What a comparison (`compare_policies`) misses of the export tolerances, one phrase each;
+    [] when it holds them."""
+    failures = []
+    if "agreement" in comparison:
+        if comparison["agreement"] < MIN_AGREEMENT:
+            failures.append(f"greedy actions agree with fp32 on {comparison['agreement']:.1%} "
+                            f"of observations (needs {MIN_AGREEMENT:.0%})")
+        if comparison["decisive_agreement"] < MIN_DECISIVE_AGREEMENT:
+            failures.append(f"{comparison['decisive_agreement']:.1%} where fp32's best action "
+                            f"leads by more than two output steps (needs "
+                            f"{MIN_DECISIVE_AGREEMENT:.0%})")
+    elif comparison["mean_relative_error"] > MAX_MEAN_ACTION_ERROR:
+        failures.append(f"mean action error {comparison['mean_relative_error']:.1%} of the "
+                        f"action range against fp32 (at most {MAX_MEAN_ACTION_ERROR:.0%})")
+    return failures
+
+
+def return_gap(reference: list[float], candidate: list[float]) -> str | None:
+    """A phrase when the candidate's greedy returns fall below the reference's by more than
+    MAX_RETURN_DROP of its magnitude or two standard errors of the difference, whichever is
+    larger (the same reset seeds for both); None otherwise."""
+    ref, cand = np.asarray(reference, np.float64), np.asarray(candidate, np.float64)
+    n = min(len(ref), len(cand))
+    if n == 0:
+        return None
+    spread = 0.0
+    if n > 1:
+        spread = 2.0 * float(np.sqrt(ref.var(ddof=1) / n + cand.var(ddof=1) / n))
+    allowed = max(MAX_RETURN_DROP * abs(float(ref.mean())), spread)
+    drop = float(ref.mean() - cand.mean())
+    if drop <= allowed:
+        return None
+    return (f"greedy return {cand.mean():.1f} against fp32's {ref.mean():.1f} over {n} episodes "
+            f"(at most {allowed:.1f} lower allowed)")
 
 
 def verification_report(
@@ -84,7 +131,8 @@ def verification_report(
     else:
         line = (
             f"action error on {n} observations: max {comparison['max_action_error']:.4g}, "
-            f"mean {comparison['mean_action_error']:.4g}"
+            f"mean {comparison['mean_action_error']:.4g} "
+            f"({comparison['mean_relative_error']:.2%} of the action range)"
         )
         step = comparison.get("output_step", 0.0)
         if step:

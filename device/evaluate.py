@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from edge_rl.device.policy import Policy
 class EvalResult:
     returns: list[float]
     median_latency_us: float
+    # every observation the policy acted on, when asked for (calibration, verification)
+    observations: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def mean(self) -> float:
@@ -53,16 +55,19 @@ def evaluate(
     episodes: int = 20,
     seed: int = 1_000_000,
     max_episode_steps: int | None = None,
+    keep_observations: bool = False,
 ) -> EvalResult:
     """Run `episodes` greedy episodes; episode i resets with seed + i, so runs compare."""
     env = make_env(env_id or policy.metadata.env_id)
     check_env_matches(policy, env)
-    returns, latencies = [], []
+    returns, latencies, seen = [], [], []
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
             total, steps, done = 0.0, 0, False
             while not done:
+                if keep_observations:
+                    seen.append(np.asarray(obs, np.float32))
                 start = time.perf_counter_ns()
                 action = policy.act(obs[None].astype(np.float32))[0]
                 latencies.append(time.perf_counter_ns() - start)
@@ -75,4 +80,5 @@ def evaluate(
             returns.append(total)
     finally:
         env.close()
-    return EvalResult(returns, float(np.median(latencies)) / 1000.0)
+    observations = np.stack(seen) if keep_observations else None
+    return EvalResult(returns, float(np.median(latencies)) / 1000.0, observations)

@@ -1,4 +1,11 @@
-"""The observations a run calibrates on, and the best policy it keeps for `edge-rl export`."""
+"""The observations a run calibrates on, and the best policy it keeps for `edge-rl export`.
+
+An int8 policy's activation ranges come from its calibration rows, and an activation the rows
+never pushed far is clipped where the policy later goes. So the rows are many and varied: the
+newest replay (what the actors meet now), rows spread over the whole replay (what they met
+before), and the states of greedy episodes (where the policy itself goes, which exploration
+data may miss). Export adds the run's held-out rows and greedy episodes of its own.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +19,29 @@ import numpy as np
 from edge_rl.checkpoint import write_json
 from edge_rl.device.envs import make_env
 
-CALIBRATION_SIZE = 500  # newest replay observations an int8 policy is calibrated on
-HOLDOUT_SIZE = 2000  # observations `edge-rl export` checks a converted policy on
+RECENT_ROWS = 500  # newest replay observations in the calibration rows
+SPREAD_ROWS = 1500  # rows spread evenly over the whole replay
+GREEDY_ROWS = 1000  # rows from the states of the latest greedy episodes
+HOLDOUT_SIZE = 2000  # newest observations kept with the best policy, beside its calibration
+
+
+def calibration_observations(replay: Any, greedy: np.ndarray | None,
+                             fallback: np.ndarray) -> np.ndarray:
+    """The rows an int8 policy is calibrated on: the newest and spread-out replay observations
+    and `greedy` episode states; random-play `fallback` rows while replay is nearly empty."""
+    parts = [replay.recent_observations(RECENT_ROWS), replay.spread_observations(SPREAD_ROWS)]
+    if len(replay) < RECENT_ROWS:
+        parts.insert(0, fallback)
+    if greedy is not None and len(greedy):
+        parts.append(evenly_spaced(greedy, GREEDY_ROWS))
+    return np.concatenate(parts)
+
+
+def evenly_spaced(rows: np.ndarray, n: int) -> np.ndarray:
+    """Up to `n` of `rows`, evenly spaced (first and last kept)."""
+    if len(rows) <= n:
+        return rows
+    return rows[np.linspace(0, len(rows) - 1, n).round().astype(np.int64)]
 
 
 def random_observations(env_id: str, count: int, seed: int) -> np.ndarray:
@@ -34,19 +62,20 @@ def save_best_policy(
     folder: Path,
     model: bytes,
     save_actor: Callable[[Path], None],
-    observations: np.ndarray,
+    calibration: np.ndarray,
+    holdout: np.ndarray,
     record: dict[str, Any],
 ) -> None:
     """Replace `folder` (RUN_DIR/best) whole: the policy file, the actor's weights (written by
-    `save_actor`), calibration and held-out observations, and the evaluation `record`."""
+    `save_actor`), the policy's calibration rows and the newest observations (`holdout`), and
+    the evaluation `record`."""
     tmp = folder.with_name(".tmp-" + folder.name)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_actor(tmp)
     (tmp / "policy.tflite").write_bytes(model)
     with open(tmp / "observations.npz", "wb") as f:
-        np.savez(f, calibration=observations[:CALIBRATION_SIZE],
-                 holdout=observations[CALIBRATION_SIZE:])
+        np.savez(f, calibration=calibration, holdout=holdout)
     write_json(tmp / "eval.json", record)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)

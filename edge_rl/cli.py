@@ -231,11 +231,18 @@ def learner(resume: bool, config_file: str | None, **flags) -> None:
               help="Output file.  [default: RUN_DIR/policy-PRECISION.tflite]")
 @click.option("--verify-episodes", type=int, default=5, show_default=True,
               help="Greedy episodes to compare the fp32 and exported policies on.")
-def export(run_dir: str, precision: str | None, output: str | None, verify_episodes: int) -> None:
-    """Export the best-evaluated actor network of a run as a TFLite policy file."""
+@click.option("--force", is_flag=True,
+              help="Write the file even when it falls outside the tolerances against fp32.")
+def export(run_dir: str, precision: str | None, output: str | None, verify_episodes: int,
+           force: bool) -> None:
+    """Export the best-evaluated actor network of a run as a TFLite policy file.
+
+    The file is checked against fp32 of the same weights (greedy actions on the run's newest
+    observations and on fp32's greedy episodes, and greedy returns) and refused, exit code 1
+    and nothing written, when it falls outside the tolerances (docs/export.md)."""
     from edge_rl.export import export_run
 
-    report = export_run(Path(run_dir), precision or "int8", output, verify_episodes)
+    report = export_run(Path(run_dir), precision or "int8", output, verify_episodes, force)
     for line in report:
         click.echo(line)
 
@@ -409,7 +416,7 @@ def main() -> None:
         sys.exit(2)
     except UserError as err:
         click.echo(f"edge-rl: error: {err}", err=True)
-        sys.exit(2)
+        sys.exit(getattr(err, "exit_code", 2))
 
 
 if __name__ == "__main__":

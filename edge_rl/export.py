@@ -16,6 +16,7 @@ import numpy as np
 
 from edge_rl.agents import get_algorithm
 from edge_rl.agents.base import resolve_defaults
+from edge_rl.best_policy import GREEDY_ROWS, evenly_spaced
 from edge_rl.checkpoint import write_bytes
 from edge_rl.config import EXPORT_PRECISIONS, TrainConfig
 from edge_rl.device.envs import describe_env
@@ -27,12 +28,15 @@ from edge_rl.device.policy_file import PolicyFileError, pack_policy, read_policy
 XZ_EXPORT_PRESET = 9 | lzma.PRESET_EXTREME  # exports are written once: squeeze hard
 
 
-def export_run(
-    run_dir: Path, precision: str, output: str | None, verify_episodes: int = 5
-) -> list[str]:
-    """Convert, write and verify; returns the report's lines."""
+def export_run(run_dir: Path, precision: str, output: str | None, verify_episodes: int = 5,
+               force: bool = False) -> list[str]:
+    """Convert, check against fp32 and write; returns the report's lines. A policy outside the
+    tolerances (edge_rl.converters.verify) is refused with ExportRefused and nothing written,
+    unless `force`."""
     if precision not in EXPORT_PRECISIONS:
         raise UserError(f"unknown precision {precision!r}")
+    if verify_episodes < 0:
+        raise UserError("--verify-episodes must not be negative")
     if not run_dir.is_dir():
         raise UserError(f"no run directory at {run_dir}")
     best = run_dir / "best"
@@ -43,7 +47,7 @@ def export_run(
     observation_shape, action = describe_env(config.env)
     config = resolve_defaults(factory, config, observation_shape, action)
 
-    from edge_rl.converters import compare_policies, convert, verification_report
+    from edge_rl.converters import convert
     from edge_rl.learner import Learner
 
     learner = Learner(factory, config, observation_shape, action)
@@ -51,27 +55,34 @@ def export_run(
     published = read_policy_metadata((best / "policy.tflite").read_bytes())
     with np.load(best / "observations.npz") as saved:
         calibration, holdout = saved["calibration"], saved["holdout"]
-    if len(holdout) == 0:
-        holdout = calibration
 
-    def build(p: str, sparse_encoding: bool = False) -> bytes:
+    def build(p: str, rows: np.ndarray | None, sparse_encoding: bool = False) -> bytes:
         meta = learner.metadata(p, published.policy_version, config.env)
         meta = dataclasses.replace(meta, train_step=published.train_step)
-        return convert(learner.built.export_model, p, calibration, meta, sparse_encoding)
+        try:
+            return convert(learner.built.export_model, p, rows, meta, sparse_encoding)
+        except ValueError as err:  # a network this precision cannot express (an op, a tensor)
+            raise UserError(f"cannot export {p}: {_first_line(err)}") from None
 
-    try:
-        model = build(precision)
-    except ValueError as err:  # a network this precision cannot express (an op, a tensor)
-        raise UserError(f"cannot export {precision}: {_first_line(err)}") from None
+    fp32 = build("fp32", None)
+    reference = Policy(fp32)
+    # fp32's greedy episodes: where the policy goes, to calibrate on, and others to check on
+    calibration_episodes = evaluate(reference, config.env, episodes=CALIBRATION_EPISODES,
+                                    seed=CALIBRATION_SEED, keep_observations=True)
+    rows = np.concatenate([calibration, holdout, evenly_spaced(
+        calibration_episodes.observations, GREEDY_ROWS)])
+    model = fp32 if precision == "fp32" else build(precision, rows)
+    candidate = Policy(model)
+    check = check_export(reference, candidate, holdout, config.env, verify_episodes)
     path = Path(output) if output else run_dir / f"policy-{precision}.tflite"
+    if check.failures and not force:
+        raise ExportRefused(f"{precision} policy refused, nothing written: "
+                            f"{'; '.join(check.failures)} (--force writes it anyway)")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes(path, model)
-
-    fp32 = build("fp32") if precision != "fp32" else model
-    reference = Policy(fp32)
-    candidate = Policy(model)
-    comparison = compare_policies(reference, candidate, holdout)
-    lines = [f"wrote {path}", verification_report(comparison, candidate, reference)]
+    lines = [f"wrote {path}", *check.lines]
+    if check.failures:
+        lines.append(f"warning: written with --force although {'; '.join(check.failures)}")
     lines += sparsity_lines(learner)
     summary = run_dir / "summary.json"
     if summary.is_file():  # counted by the run over all its updates
@@ -83,23 +94,64 @@ def export_run(
     if precision == "edgetpu":
         lines += edgetpu_lines(model, path)
     if config.is_sparse and precision != "edgetpu":  # the Edge TPU reads dense weights only
-        compact, how = smallest_loadable(model, build(precision, sparse_encoding=True))
+        compact, how = smallest_loadable(model, build(precision, rows, sparse_encoding=True),
+                                         precision)
         compact_path = path.with_name(path.name + (".xz" if how.startswith("xz") else "-sparse"))
         if compact is not model:
             write_bytes(compact_path, compact)
             lines.append(f"wrote {compact_path} ({how})")
-        lines.append(size_line(model, compact, how, fp32))
+        lines.append(size_line(model, compact, how, fp32, precision))
     else:
         lines.append(f"size: {len(model)} bytes; dense fp32 {len(fp32)} bytes "
                      f"({len(fp32) / len(model):.1f}x)")
-    if verify_episodes > 0:
-        for name, policy in (("fp32", reference), (precision, candidate)):
-            result = evaluate(policy, config.env, episodes=verify_episodes)
-            lines.append(
-                f"greedy return ({name}): {result.mean:.2f} ± {result.std:.2f} "
-                f"over {verify_episodes} episodes"
-            )
     return lines
+
+
+CALIBRATION_EPISODES = 5  # fp32 greedy episodes whose states join the calibration rows
+CALIBRATION_SEED = 2_000_000  # their reset seeds (the check's episodes use evaluate's own)
+
+
+class ExportRefused(UserError):
+    """The quantized policy falls outside the tolerances against fp32 (exit code 1)."""
+
+    exit_code = 1
+
+
+@dataclasses.dataclass
+class ExportCheck:
+    lines: list[str]  # the report
+    failures: list[str]  # what falls outside the tolerances; [] when none does
+
+
+def check_export(reference: Policy, candidate: Policy, holdout: np.ndarray, env_id: str,
+                 episodes: int) -> ExportCheck:
+    """The exported policy against fp32 of the same weights: greedy actions on the run's newest
+    observations and on the states of fp32's greedy episodes, and the greedy returns of both
+    over the same reset seeds (`episodes` of them; 0 skips the episodes)."""
+    from edge_rl.converters import compare_policies, verification_report
+    from edge_rl.converters.verify import return_gap, tolerance_failures
+
+    failures: list[str] = []
+    observations = [holdout]
+    fp32_returns: list[float] = []
+    if episodes:
+        fp32_result = evaluate(reference, env_id, episodes=episodes, keep_observations=True)
+        observations.append(fp32_result.observations)
+        fp32_returns = fp32_result.returns
+    observations = np.concatenate([o for o in observations if len(o)])
+    comparison = compare_policies(reference, candidate, observations)
+    lines = [verification_report(comparison, candidate, reference)]
+    failures += tolerance_failures(comparison)
+    if episodes:
+        result = evaluate(candidate, env_id, episodes=episodes)
+        for name, returns in (("fp32", fp32_returns), (candidate.metadata.precision,
+                                                        result.returns)):
+            lines.append(f"greedy return ({name}): {np.mean(returns):.2f} ± "
+                         f"{np.std(returns):.2f} over {episodes} episodes")
+        gap = return_gap(fp32_returns, result.returns)
+        if gap:
+            failures.append(gap)
+    return ExportCheck(lines, failures)
 
 
 def edgetpu_lines(model: bytes, path: Path) -> list[str]:
@@ -130,13 +182,14 @@ def sparsity_lines(learner: Any) -> list[str]:
     return [f"actor network: {1 - active / total:.1%} sparse", *lines]
 
 
-def smallest_loadable(model: bytes, sparse_encoded: bytes) -> tuple[bytes, str]:
+def smallest_loadable(model: bytes, sparse_encoded: bytes, precision: str
+                      ) -> tuple[bytes, str]:
     """The smallest form of a sparse policy that the device runtime loads: the file, TFLite's
     sparse encoding, or either one xz-compressed."""
     candidates = [
-        (model, "int8"),
+        (model, precision),
         (sparse_encoded, "TFLite sparse encoding"),
-        (pack_policy(model, XZ_EXPORT_PRESET), "xz of the int8 file"),
+        (pack_policy(model, XZ_EXPORT_PRESET), f"xz of the {precision} file"),
         (pack_policy(sparse_encoded, XZ_EXPORT_PRESET), "xz of the TFLite sparse encoding"),
     ]
     for data, how in sorted(candidates, key=lambda c: len(c[0])):
@@ -145,14 +198,17 @@ def smallest_loadable(model: bytes, sparse_encoded: bytes) -> tuple[bytes, str]:
         except PolicyFileError:
             continue
         return data, how
-    return model, "int8"
+    return model, precision
 
 
-def size_line(model: bytes, compact: bytes, how: str, fp32: bytes) -> str:
+def size_line(model: bytes, compact: bytes, how: str, fp32: bytes, precision: str) -> str:
+    """File sizes against dense fp32; for int8, the entropy bound of its weights too."""
     from edge_rl.converters.size import entropy_bound_bytes
 
-    bound = entropy_bound_bytes(model)
-    return (f"size: int8 {len(model)} bytes, {how} {len(compact)} bytes: "
-            f"{len(fp32) / len(compact):.1f}x smaller than dense fp32 ({len(fp32)} bytes); "
-            f"entropy bound of the int8 masks and values {bound} bytes "
-            f"({len(fp32) / bound:.1f}x)")
+    line = (f"size: {precision} {len(model)} bytes, {how} {len(compact)} bytes: "
+            f"{len(fp32) / len(compact):.1f}x smaller than dense fp32 ({len(fp32)} bytes)")
+    bound = entropy_bound_bytes(model)  # counts int8 kernels only: 0 for float files
+    if bound:
+        line += (f"; entropy bound of the int8 masks and values {bound} bytes "
+                 f"({len(fp32) / bound:.1f}x)")
+    return line

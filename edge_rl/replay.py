@@ -173,6 +173,13 @@ class Replay:
         positions = (self.start + self.size - take + np.arange(take)) % self.capacity
         return self.data["observation"][positions]
 
+    def spread_observations(self, n: int) -> np.ndarray:
+        """Up to `n` observations evenly spaced over the whole buffer, oldest to newest (for
+        calibrating int8 policies on more than the newest slice)."""
+        take = min(n, self.size)
+        offsets = np.linspace(0, self.size - 1, take).round().astype(np.int64)
+        return self.data["observation"][(self.start + offsets) % self.capacity]
+
     def resize(self, capacity: int) -> None:
         """New capacity; when it shrinks, the oldest transitions go."""
         keep = min(self.size, int(capacity))

@@ -26,8 +26,9 @@ from tqdm import tqdm
 from edge_rl.agents import get_algorithm
 from edge_rl.agents.base import check_action_space, resolve_defaults
 from edge_rl.best_policy import (
-    CALIBRATION_SIZE,
     HOLDOUT_SIZE,
+    RECENT_ROWS,
+    calibration_observations,
     random_observations,
     save_best_policy,
 )
@@ -113,15 +114,15 @@ class Training:
             log.info("replay log: %d batches (%d transitions) after the checkpoint put back",
                      batches, transitions)
         self.writer = tf.summary.create_file_writer(str(self.run_dir / "tb"))
-        self.calibration_fallback = random_observations(
-            config.env, CALIBRATION_SIZE, config.seed
-        )
+        self.calibration_fallback = random_observations(config.env, RECENT_ROWS, config.seed)
+        self.greedy_states: np.ndarray | None = None  # of the latest evaluation
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.last_publish_update = self.learner.updates
         self.last_loss = None
         self.first_update: tuple[float, int] | None = None  # (time, updates) this session
         self.stop_reason = ""
         self.policy_file = b""  # the newest published policy as a policy file
+        self.policy_calibration: np.ndarray | None = None  # the rows it was calibrated on
 
     # -- the pieces of the loop ----------------------------------------------------------------
 
@@ -131,9 +132,8 @@ class Training:
         return int(math.floor(max(0, self.state.env_steps - c.warmup_steps) * c.updates_per_step))
 
     def calibration(self) -> np.ndarray:
-        if len(self.replay) >= CALIBRATION_SIZE:
-            return self.replay.recent_observations(CALIBRATION_SIZE)
-        return self.calibration_fallback
+        return calibration_observations(self.replay, self.greedy_states,
+                                        self.calibration_fallback)
 
     def publish(self) -> None:
         version = self.state.policy_version + 1
@@ -143,8 +143,9 @@ class Training:
             start = time.perf_counter()
             # The learner evaluates (and keeps as best) a policy file in every run; the
             # baseline's is fp32, the weights its TF-Agents actors act with.
+            calibration = self.calibration()
             model, _ = self.learner.publish(
-                "fp32" if baseline else self.config.actor_precision, self.calibration(), version
+                "fp32" if baseline else self.config.actor_precision, calibration, version
             )
             if self.config.is_sparse:
                 # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
@@ -154,6 +155,7 @@ class Training:
         self.state.policy_version = version
         self.state.policies_published += 1
         self.policy_file = model
+        self.policy_calibration = calibration
         self.exchange.put_policy(version, broadcast)
         self.last_publish_update = self.learner.updates
         with self.writer.as_default(step=self.state.env_steps):
@@ -214,7 +216,9 @@ class Training:
         self.publish()
         policy = Policy(self.policy_file)
         with self.costs.learner.part("evaluation"):
-            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
+            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes,
+                              keep_observations=True)
+        self.greedy_states = result.observations
         record = {
             **result.as_dict(),
             "env_steps": self.state.env_steps,
@@ -226,7 +230,7 @@ class Training:
         self.state.last_eval = record
         if self.state.best is None or record["mean"] > self.state.best["mean"]:
             self.state.best = record
-            self._save_best(policy)
+            self._save_best(policy, self.policy_calibration)
         with self.writer.as_default(step=self.state.env_steps):
             self.tf.summary.scalar("eval/return_mean", result.mean)
             self.tf.summary.scalar("eval/return_std", result.std)
@@ -234,12 +238,10 @@ class Training:
                  self.state.env_steps, result.mean, result.std, policy.version)
         return result
 
-    def _save_best(self, policy: Policy) -> None:
-        observations = self.replay.recent_observations(CALIBRATION_SIZE + HOLDOUT_SIZE)
-        if len(observations) < CALIBRATION_SIZE + 10:
-            observations = np.concatenate([self.calibration_fallback, observations])
+    def _save_best(self, policy: Policy, calibration: np.ndarray) -> None:
         save_best_policy(self.run_dir / "best", policy.model, self.learner.save_actor,
-                         observations, self.state.best)
+                         calibration, self.replay.recent_observations(HOLDOUT_SIZE),
+                         self.state.best)
 
     def checkpoint(self) -> None:
         self.state.ledger = self.exchange.ledger.state()

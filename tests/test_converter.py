@@ -6,6 +6,7 @@ from dataclasses import replace
 import gymnasium as gym
 import numpy as np
 import pytest
+from tensorflow.lite.python import schema_py_generated as schema
 
 from edge_rl.converters import (
     attach_metadata,
@@ -16,6 +17,8 @@ from edge_rl.converters import (
     verification_report,
     weight_dtypes,
 )
+from edge_rl.converters.flatbuffer import builtin as _builtin
+from edge_rl.converters.flatbuffer import read_model as _read_model
 from edge_rl.device import Policy, PolicyFileError, PolicyMetadata
 from edge_rl.device.errors import UserError
 from edge_rl.device.policy_file import METADATA_NAME, read_metadata_entries, read_policy_metadata
@@ -126,10 +129,21 @@ def litert():
 
 @pytest.mark.parametrize("net", ["cartpole", "pendulum"])
 def test_int8_export_stores_int8_weights_and_int32_biases(net, request):
-    files = request.getfixturevalue(net)[3]
-    assert weight_dtypes(files["int8"]) == {"int8"}
-    assert bias_dtypes(files["int8"]) == {"int32"}
-    assert len(files["int8"]) < len(files["fp16"]) < len(files["fp32"])
+    """Every layer but the first (float32, fed the raw observation) holds int8 weights."""
+    model, _, _, files = request.getfixturevalue(net)
+    int8 = files["int8"]
+    assert weight_dtypes(int8) == {"int8", "float32"}
+    assert bias_dtypes(int8) == {"int32", "float32"}
+    flat = _read_model(int8)
+    graph = flat.subgraphs[0]
+    first_layer, *rest = [op for op in graph.operators if _builtin(flat, op)
+                          == schema.BuiltinOperator.FULLY_CONNECTED]
+    assert int(first_layer.inputs[0]) == int(graph.inputs[0])  # the raw observation
+    assert graph.tensors[int(first_layer.inputs[1])].type == schema.TensorType.FLOAT32
+    assert len(rest) == len([layer for layer in model.layers
+                             if isinstance(layer, tf.keras.layers.Dense)]) - 1
+    assert all(graph.tensors[int(op.inputs[1])].type == schema.TensorType.INT8 for op in rest)
+    assert len(int8) < len(files["fp16"]) < len(files["fp32"])
 
 
 @pytest.mark.parametrize("net", ["cartpole", "pendulum"])
@@ -167,12 +181,8 @@ def test_unknown_precision_and_int8_without_calibration_are_refused(cartpole):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_metadata_round_trips(precision, cartpole, pendulum, litert):
     nets = ((cartpole, cartpole_metadata), (pendulum, pendulum_metadata))
-    for (model, calibration, _, files), make_metadata in nets:
-        expected = make_metadata(precision)
-        if precision == "int8":
-            scales = read_policy_metadata(files[precision]).input_scale
-            np.testing.assert_allclose(scales, balanced_scales(model, calibration), rtol=1e-5)
-            expected = replace(expected, input_scale=scales)
+    for (_, _, _, files), make_metadata in nets:
+        expected = make_metadata(precision)  # no input scales: the files take raw observations
         meta = read_policy_metadata(files[precision])
         assert meta == expected
         for name in expected.__dataclass_fields__:  # field by field, for a readable failure
@@ -184,8 +194,9 @@ def test_metadata_round_trips(precision, cartpole, pendulum, litert):
 def test_attach_metadata_keeps_other_entries_and_replaces_its_own(cartpole, litert):
     flat = cartpole[3]["int8"]
     runtime_version = read_metadata_entries(flat)["min_runtime_version"]
-    with pytest.raises(ValueError, match="input scales"):  # the file's network needs them
-        attach_metadata(flat, replace(cartpole_metadata("int8"), policy_version=8))
+    scaled = attach_metadata(flat, replace(cartpole_metadata("int8"), input_scale=(1.0,) * 4))
+    with pytest.raises(ValueError, match="input scales"):  # that file's network needs them
+        attach_metadata(scaled, replace(cartpole_metadata("int8"), policy_version=8))
     newer = replace(read_policy_metadata(flat), policy_version=8)
     again = attach_metadata(flat, newer)
     entries = read_metadata_entries(again)
@@ -295,19 +306,20 @@ def mixed_range_observations(rng, n: int, heavy_tails: bool) -> np.ndarray:
     return np.concatenate([rng.uniform(-1, 1, (n, 4)), wide], axis=1).astype(np.float32)
 
 
-def mixed_range_errors(litert, weigh_back: bool, heavy_tails: bool = False) -> dict:
-    """The mean action error against fp32 of int8 policies of `mixed_range_network` with
-    (a) the converter's per-feature scales, (b) one scale for the whole input, (c) scales of
-    each feature's largest |value| alone (the rows grow by up to 50x: one weight scale then
-    crushes the narrow rows); and the converter's scales."""
+def mixed_range_errors(litert, weigh_back: bool, heavy_tails: bool = False,
+                       precision: str = "int8") -> dict:
+    """The mean action error against fp32 of `precision` policies of `mixed_range_network`
+    made (a) by the converter (int8: a float first layer; edgetpu: per-feature input scales),
+    (b) with one scale for the whole input, (c) with scales of each feature's largest |value|
+    alone (the rows grow by up to 50x: one weight scale then crushes the narrow rows)."""
     rng = np.random.default_rng(0)
     calibration, test = (mixed_range_observations(rng, n, heavy_tails) for n in (500, 2000))
     model = mixed_range_network(weigh_back)
     meta = replace(pendulum_metadata("fp32"), observation_shape=(8,), action={
         "kind": "continuous", "shape": [2], "low": [-1.0, -1.0], "high": [1.0, 1.0]})
-    int8 = replace(meta, precision="int8")
+    quantized = replace(meta, precision=precision)
     reference = Policy(convert(model, "fp32", None, meta), runtime=litert)
-    per_feature = Policy(convert(model, "int8", calibration, int8), runtime=litert)
+    per_feature = Policy(convert(model, precision, calibration, quantized), runtime=litert)
 
     def one_input_scale(precision: str, rows: np.ndarray) -> Policy:
         # A layer in front of the first Dense (identity) leaves one scale for the input.
@@ -318,7 +330,7 @@ def mixed_range_errors(litert, weigh_back: bool, heavy_tails: bool = False) -> d
 
     errors = {name: compare_policies(reference, policy, test)["mean_action_error"]
               for name, policy in (("per_feature", per_feature),
-                                   ("one_scale", one_input_scale("int8", calibration)))}
+                                   ("one_scale", one_input_scale(precision, calibration)))}
     # Each feature divided by its own largest |value| on the way in and its kernel row
     # multiplied by it: the same float network, fed observations within [-1, 1].
     absmax = np.abs(calibration).max(axis=0)
@@ -326,20 +338,24 @@ def mixed_range_errors(litert, weigh_back: bool, heavy_tails: bool = False) -> d
     kernel = first.kernel.numpy()
     first.kernel.assign(kernel * absmax[:, None])
     try:
-        scaled = one_input_scale("int8", calibration / absmax)
+        scaled = one_input_scale(precision, calibration / absmax)
         scaled_reference = one_input_scale("fp32", None)
     finally:
         first.kernel.assign(kernel)
     errors["absmax_alone"] = compare_policies(scaled_reference, scaled, test / absmax)[
         "mean_action_error"]
-    np.testing.assert_allclose(per_feature.metadata.input_scale,
-                               balanced_scales(model, calibration), rtol=1e-5)
+    if precision == "edgetpu":
+        np.testing.assert_allclose(per_feature.metadata.input_scale,
+                                   balanced_scales(model, calibration), rtol=1e-5)
+    else:
+        assert per_feature.metadata.input_scale is None  # raw observations in
     return errors
 
 
-def test_int8_gives_each_input_feature_its_own_scale(litert):
-    """With one input scale for all features, the narrow ones get few int8 levels (about 5
-    here); with one scale a feature, the actions follow the fp32 network's much more closely."""
+def test_int8_reads_each_input_feature_at_full_precision(litert):
+    """With one int8 input scale for all features, the narrow ones get few levels (about 5
+    here); with the first layer in float32, the actions follow the fp32 network's much more
+    closely."""
     errors = mixed_range_errors(litert, weigh_back=True)
     assert errors["per_feature"] < 0.5 * errors["one_scale"], errors
 
@@ -351,7 +367,7 @@ def test_int8_input_scales_leave_the_first_kernel_rows_balanced(litert):
     narrow rows' weights (walker-stand lost 0.16 of action to it); the balanced scales
     (sqrt of range over row) beat that and one input scale for all (measured: 0.047 against
     0.082 and 0.104)."""
-    errors = mixed_range_errors(litert, weigh_back=False, heavy_tails=True)
+    errors = mixed_range_errors(litert, weigh_back=False, heavy_tails=True, precision="edgetpu")
     assert errors["per_feature"] < 0.75 * errors["absmax_alone"], errors
     assert errors["per_feature"] < 0.6 * errors["one_scale"], errors
 
