@@ -15,6 +15,7 @@ for builtin opcode ...") on the child's stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -211,12 +212,16 @@ class _Micro:
         self._stderr.close()
         self._dir.cleanup()
 
-    def _stop(self) -> None:
-        if self._proc is not None:
+    def _stop(self) -> int | None:
+        """End the child (it exits when its stdin closes); its exit code, None if none ran."""
+        if self._proc is None:
+            return None
+        with contextlib.suppress(OSError):  # a dead child's pipe
             self._proc.stdin.close()
-            self._proc.wait()
-            self._proc.stdout.close()
-            self._proc = None
+        code = self._proc.wait()
+        self._proc.stdout.close()
+        self._proc = None
+        return code
 
     def run(self, arena: int, request: str = "") -> bool:
         """Load the model with an `arena`-byte arena and run it (see _CHILD); True if it ran."""
@@ -236,10 +241,7 @@ class _Micro:
         except BrokenPipeError:
             answer = ""
         if not answer:  # the child died
-            code = self._proc.wait()
-            self._proc.stdout.close()
-            self._proc = None
-            answer = f"@@fail TFLite Micro crashed (exit code {code})"
+            answer = f"@@fail TFLite Micro crashed (exit code {self._stop()})"
         self._stderr.flush()
         self._stderr.seek(start)
         said = [line.strip() for line in self._stderr.read().decode(errors="replace").splitlines()]
@@ -279,7 +281,7 @@ def arena_size(model_bytes: bytes) -> ArenaSize:
     log.info("TFLM arena: %d bytes measured, %d with margin (%d + kernel sums %d) in %.2f s",
              high, with_margin, measured_margin, margin - measured_margin,
              time.perf_counter() - started)
-    return ArenaSize(measured=high + ARENA_STEP, with_margin=with_margin)
+    return ArenaSize(measured=high, with_margin=with_margin)
 
 
 def _kib(size: int) -> str:

@@ -227,8 +227,12 @@ def learner(resume: bool, config_file: str | None, **flags) -> None:
 @click.option("--edgetpu", "precision", flag_value="edgetpu",
               help="int8 throughout, input and output included, for Coral's Edge TPU: "
                    "compile the file with edgetpu_compiler (see docs/coral.md).")
+@click.option("--tflm", "precision", flag_value="tflm",
+              help="int8 with dense weights as C source and header for TFLite Micro "
+                   "(docs/microcontrollers.md).")
 @click.option("-o", "--output", type=click.Path(),
-              help="Output file.  [default: RUN_DIR/policy-PRECISION.tflite]")
+              help="Output file.  [default: RUN_DIR/policy-PRECISION.tflite, or "
+                   "RUN_DIR/policy-tflm.cc and .h]")
 @click.option("--verify-episodes", type=int, default=5, show_default=True,
               help="Greedy episodes to compare the fp32 and exported policies on.")
 @click.option("--force", is_flag=True,

@@ -33,6 +33,9 @@ def export_run(run_dir: Path, precision: str, output: str | None, verify_episode
     """Convert, check against fp32 and write; returns the report's lines. A policy outside the
     tolerances (edge_rl.converters.verify) is refused with ExportRefused and nothing written,
     unless `force`."""
+    tflm = precision == "tflm"  # int8 as C source for TFLite Micro (dense weights)
+    if tflm:
+        precision = "int8"
     if precision not in EXPORT_PRECISIONS:
         raise UserError(f"unknown precision {precision!r}")
     if verify_episodes < 0:
@@ -74,15 +77,27 @@ def export_run(run_dir: Path, precision: str, output: str | None, verify_episode
     model = fp32 if precision == "fp32" else build(precision, rows)
     candidate = Policy(model)
     check = check_export(reference, candidate, holdout, config.env, verify_episodes)
-    path = Path(output) if output else run_dir / f"policy-{precision}.tflite"
+    default_name = "policy-tflm.cc" if tflm else f"policy-{precision}.tflite"
+    path = Path(output) if output else run_dir / default_name
     if check.failures and not force:
         raise ExportRefused(f"{precision} policy refused, nothing written: "
                             f"{'; '.join(check.failures)} (--force writes it anyway)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(path, model)
-    lines = [f"wrote {path}", *check.lines]
+    if tflm:
+        from edge_rl.converters.tflm import write_tflm
+
+        try:
+            written = write_tflm(model, path)
+        except ValueError as err:  # an operator TFLite Micro lacks, or outputs that differ
+            raise UserError(f"cannot export for TFLite Micro: {_first_line(err)}") from None
+    else:
+        write_bytes(path, model)
+        written = [f"wrote {path}"]
+    lines = [*written, *check.lines]
     if check.failures:
         lines.append(f"warning: written with --force although {'; '.join(check.failures)}")
+    if tflm:
+        return lines
     lines += sparsity_lines(learner)
     summary = run_dir / "summary.json"
     if summary.is_file():  # counted by the run over all its updates

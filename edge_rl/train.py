@@ -162,6 +162,28 @@ class Training:
             self.tf.summary.scalar("policy/version", version)
             self.tf.summary.scalar("policy/publish_latency_ms", seconds * 1000)
             self.tf.summary.scalar("policy/bytes", len(broadcast))
+            if not baseline and self.config.actor_precision != "fp32":
+                for name, value in self.check_against_fp32(model, calibration, version).items():
+                    self.tf.summary.scalar(f"policy/{name}", value)
+
+    def check_against_fp32(self, model: bytes, calibration: np.ndarray, version: int
+                           ) -> dict[str, float]:
+        """The published policy's greedy actions against fp32 of the same weights on the
+        newest calibration rows (export's tolerances, edge_rl.converters.verify; no episodes)."""
+        from edge_rl.converters import compare_policies
+        from edge_rl.converters.verify import tolerance_failures
+
+        with self.costs.learner.part("publishing"):
+            fp32, _ = self.learner.publish("fp32", calibration, version)
+            rows = self.replay.recent_observations(RECENT_ROWS)
+            numbers = compare_policies(Policy(fp32), Policy(model), rows if len(rows) else
+                                       calibration)
+        found = {"within_export_tolerance": float(not tolerance_failures(numbers))}
+        for key in ("agreement", "decisive_agreement", "mean_relative_error"):
+            if key in numbers:
+                found[key.replace("mean_relative_error", "mean_action_error_of_range")] = \
+                    numbers[key]
+        return found
 
     def take_batches(self, block: bool) -> int:
         """Move queued batches into replay; returns how many transitions arrived."""

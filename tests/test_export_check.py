@@ -1,0 +1,101 @@
+"""`edge-rl export` checks a quantized policy against fp32, refuses one outside the tolerances."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import edge_rl
+
+from edge_rl.agents import get_algorithm
+from edge_rl.agents.base import resolve_defaults
+from edge_rl.best_policy import random_observations
+from edge_rl.config import TrainConfig
+from edge_rl.converters.verify import (
+    MAX_MEAN_ACTION_ERROR,
+    return_gap,
+    tolerance_failures,
+)
+from edge_rl.device.envs import describe_env
+
+
+def test_return_gap_allows_ten_percent_or_two_standard_errors():
+    assert return_gap([-150.0] * 5, [-164.0] * 5) is None  # 9.3% lower
+    assert "greedy return -170.0" in return_gap([-150.0] * 5, [-170.0] * 5)
+    # two standard errors of the difference: sqrt(2 * 100**2 / 2) * 2 = 200 > 10% of 100
+    assert return_gap([0.0, 200.0], [-50.0, 50.0]) is None
+    assert return_gap([0.0, 200.0], [-300.0, -300.0]) is not None
+    assert return_gap([500.0] * 5, [510.0] * 5) is None  # better is never a gap
+
+
+def test_tolerances_name_what_is_missed():
+    discrete = {"agreement": 0.98, "decisive_agreement": 0.985, "n": 100, "decisive_n": 90}
+    assert [f.split(" ")[0] for f in tolerance_failures(discrete)] == ["98.5%"]
+    assert tolerance_failures({**discrete, "decisive_agreement": 1.0}) == []
+    assert "96.0%" in tolerance_failures({**discrete, "agreement": 0.96,
+                                          "decisive_agreement": 1.0})[0]
+    continuous = {"mean_relative_error": MAX_MEAN_ACTION_ERROR * 1.01}
+    assert "action error 2.0%" in tolerance_failures(continuous)[0]
+    assert tolerance_failures({"mean_relative_error": MAX_MEAN_ACTION_ERROR}) == []
+
+
+def make_run(folder: Path, wreck_int8: bool) -> Path:
+    """A TD3 Pendulum run directory as `edge-rl train` leaves it (config, best/ with the actor's
+    weights, a published policy and observations), its actor random. `wreck_int8` gives one
+    unit of the second hidden layer a huge output that the next layer ignores: fp32 acts as
+    before, but that unit sets the layer's int8 range and every other unit rounds to zero."""
+    from edge_rl.learner import Learner
+
+    env = "Pendulum-v1"
+    config = TrainConfig(env=env, algo="td3", hidden=(32, 32), out=str(folder), seed=0)
+    factory = get_algorithm("td3")
+    shape, action = describe_env(env)
+    config = resolve_defaults(factory, config, shape, action)
+    learner = Learner(factory, config, shape, action)
+    dense = [layer for layer in learner.built.export_model.layers if hasattr(layer, "kernel")]
+    if wreck_int8:
+        kernel, bias = dense[1].get_weights()
+        bias[0] = 1e4
+        dense[1].set_weights([kernel, bias])
+        kernel, bias = dense[2].get_weights()
+        kernel[0] = 0.0
+        dense[2].set_weights([kernel, bias])
+    folder.mkdir()
+    config.save(folder / "config.json")
+    best = folder / "best"
+    best.mkdir()
+    learner.save_actor(best)
+    observations = random_observations(env, 1000, seed=0)
+    model, _ = learner.publish("fp32", observations, 1)
+    (best / "policy.tflite").write_bytes(model)
+    np.savez(best / "observations.npz", calibration=observations[:500],
+             holdout=observations[500:])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export-check")
+    return make_run(root / "good", False), make_run(root / "wrecked", True)
+
+
+def test_export_refuses_a_network_whose_int8_form_is_wrong(runs, tmp_path):
+    _, wrecked = runs
+    target = tmp_path / "policy.tflite"
+    result = edge_rl("export", wrecked, "--int8", "-o", target, "--verify-episodes", "2")
+    assert result.returncode == 1, result.stderr[-2000:]
+    message = [line for line in result.stderr.splitlines() if line.startswith("edge-rl:")]
+    assert len(message) == 1 and "refused, nothing written" in message[0], result.stderr
+    assert "action error" in message[0] and "Traceback" not in result.stderr
+    assert not target.exists() and not list(tmp_path.iterdir())
+    forced = edge_rl("export", wrecked, "--int8", "-o", target, "--verify-episodes", "0",
+                     "--force")
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert target.is_file() and "written with --force" in forced.stdout
+
+
+def test_export_writes_the_same_network_unwrecked(runs, tmp_path):
+    good, _ = runs
+    target = tmp_path / "policy.tflite"
+    result = edge_rl("export", good, "--int8", "-o", target, "--verify-episodes", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert target.is_file() and "greedy return (int8)" in result.stdout
