@@ -21,8 +21,8 @@ def _log2_binomial(n: int, k: int) -> float:
 
 
 def fully_connected_weights(model: bytes) -> list[tuple[np.ndarray, int]]:
-    """Each FULLY_CONNECTED op's stored weights (int8 as stored) and its count of bias values
-    and scales, from a policy file."""
+    """Each FULLY_CONNECTED op's stored weights (int8 or float32, as stored: an int8 file's
+    first layer is float32) and its count of bias values and scales, from a policy file."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     from edge_rl.converters.tflite import _builtin, _read_model
@@ -35,24 +35,29 @@ def fully_connected_weights(model: bytes) -> list[tuple[np.ndarray, int]]:
             continue
         tensor = graph.tensors[int(op.inputs[1])]
         data = tflite.buffers[tensor.buffer].data
-        if tensor.type != schema.TensorType.INT8 or data is None or not len(data):
+        stored = {schema.TensorType.INT8: np.int8, schema.TensorType.FLOAT32: np.float32}
+        if tensor.type not in stored or data is None or not len(data):
             continue
-        extra = len(tensor.quantization.scale)  # float32 scales
+        scales = tensor.quantization.scale if tensor.quantization else None
+        extra = 0 if scales is None else len(scales)  # float32 scales
         if len(op.inputs) > 2 and op.inputs[2] >= 0:
-            extra += int(np.prod(graph.tensors[int(op.inputs[2])].shape))  # int32 bias
-        found.append((np.asarray(data, np.uint8).view(np.int8), extra))
+            extra += int(np.prod(graph.tensors[int(op.inputs[2])].shape))  # 32-bit bias
+        found.append((np.asarray(data, np.uint8).view(stored[tensor.type]), extra))
     return found
 
 
 def entropy_bound_bytes(model: bytes) -> int:
-    """Bytes needed at least to store the int8 weights of a policy file: per kernel, which
-    values are nonzero and the empirical entropy of those values; biases and scales (32 bits
-    each) raw. The graph, activation ranges and metadata are not counted."""
+    """Bytes needed at least to store the weights of an int8 policy file: per kernel, which
+    values are nonzero and the empirical entropy of those values (a float32 kernel's: 32 bits
+    each); biases and scales (32 bits each) raw. The graph, activation ranges and metadata are
+    not counted."""
     bits = 0.0
     for values, extra in fully_connected_weights(model):
         nonzero = values[values != 0]
         bits += _log2_binomial(values.size, nonzero.size)
-        if nonzero.size:
+        if values.dtype == np.float32:
+            bits += 32 * nonzero.size
+        elif nonzero.size:
             _, counts = np.unique(nonzero, return_counts=True)
             p = counts / nonzero.size
             bits += nonzero.size * float(-(p * np.log2(p)).sum())
@@ -61,5 +66,6 @@ def entropy_bound_bytes(model: bytes) -> int:
 
 
 def int8_zero_fractions(model: bytes) -> list[float]:
-    """The fraction of zeros in each int8 FULLY_CONNECTED weight tensor of a policy file."""
+    """The fraction of zeros in each FULLY_CONNECTED weight tensor of an int8 policy file (int8,
+    and float32 for its first layer)."""
     return [float(np.mean(values == 0)) for values, _ in fully_connected_weights(model)]

@@ -243,7 +243,7 @@ def export(run_dir: str, precision: str | None, output: str | None, verify_episo
 
     The file is checked against fp32 of the same weights (greedy actions on the run's newest
     observations and on fp32's greedy episodes, and greedy returns) and refused, exit code 1
-    and nothing written, when it falls outside the tolerances (docs/export.md)."""
+    and nothing written, when it falls outside the tolerances (README: export)."""
     from edge_rl.export import export_run
 
     report = export_run(Path(run_dir), precision or "int8", output, verify_episodes, force)

@@ -51,6 +51,7 @@ def export_run(run_dir: Path, precision: str, output: str | None, verify_episode
     config = resolve_defaults(factory, config, observation_shape, action)
 
     from edge_rl.converters import convert
+    from edge_rl.converters.patch import policy_file
     from edge_rl.learner import Learner
 
     learner = Learner(factory, config, observation_shape, action)
@@ -58,11 +59,15 @@ def export_run(run_dir: Path, precision: str, output: str | None, verify_episode
     published = read_policy_metadata((best / "policy.tflite").read_bytes())
     with np.load(best / "observations.npz") as saved:
         calibration, holdout = saved["calibration"], saved["holdout"]
+    if len(holdout) == 0:  # best kept before replay held any observation
+        holdout = calibration
 
     def build(p: str, rows: np.ndarray | None, sparse_encoding: bool = False) -> bytes:
         meta = learner.metadata(p, published.policy_version, config.env)
         meta = dataclasses.replace(meta, train_step=published.train_step)
         try:
+            if p == "int8" and not sparse_encoding:  # as the learner publishes it
+                return policy_file(learner.built.export_model, p, rows, meta)
             return convert(learner.built.export_model, p, rows, meta, sparse_encoding)
         except ValueError as err:  # a network this precision cannot express (an op, a tensor)
             raise UserError(f"cannot export {p}: {_first_line(err)}") from None
@@ -140,30 +145,27 @@ class ExportCheck:
 
 def check_export(reference: Policy, candidate: Policy, holdout: np.ndarray, env_id: str,
                  episodes: int) -> ExportCheck:
-    """The exported policy against fp32 of the same weights: greedy actions on the run's newest
-    observations and on the states of fp32's greedy episodes, and the greedy returns of both
-    over the same reset seeds (`episodes` of them; 0 skips the episodes)."""
+    """The exported policy against fp32 of the same weights: greedy actions on the run's
+    held-out observations (the tolerances), the same on the states of fp32's greedy episodes
+    (reported: near-ties the policy meets itself), and the greedy returns of both over the
+    same reset seeds (`episodes` of them, the tolerance; 0 skips the episodes)."""
     from edge_rl.converters import compare_policies, verification_report
     from edge_rl.converters.verify import return_gap, tolerance_failures
 
-    failures: list[str] = []
-    observations = [holdout]
-    fp32_returns: list[float] = []
+    comparison = compare_policies(reference, candidate, holdout)
+    lines = [verification_report(comparison, candidate, reference)]
+    failures = tolerance_failures(comparison)
     if episodes:
         fp32_result = evaluate(reference, env_id, episodes=episodes, keep_observations=True)
-        observations.append(fp32_result.observations)
-        fp32_returns = fp32_result.returns
-    observations = np.concatenate([o for o in observations if len(o)])
-    comparison = compare_policies(reference, candidate, observations)
-    lines = [verification_report(comparison, candidate, reference)]
-    failures += tolerance_failures(comparison)
-    if episodes:
         result = evaluate(candidate, env_id, episodes=episodes)
-        for name, returns in (("fp32", fp32_returns), (candidate.metadata.precision,
-                                                        result.returns)):
+        on_greedy_states = compare_policies(reference, candidate, fp32_result.observations)
+        lines.append("on the states of fp32's greedy episodes: " + verification_report(
+            on_greedy_states, candidate).splitlines()[1].strip())
+        for name, returns in (("fp32", fp32_result.returns),
+                              (candidate.metadata.precision, result.returns)):
             lines.append(f"greedy return ({name}): {np.mean(returns):.2f} ± "
                          f"{np.std(returns):.2f} over {episodes} episodes")
-        gap = return_gap(fp32_returns, result.returns)
+        gap = return_gap(fp32_result.returns, result.returns)
         if gap:
             failures.append(gap)
     return ExportCheck(lines, failures)
@@ -217,13 +219,14 @@ def smallest_loadable(model: bytes, sparse_encoded: bytes, precision: str
 
 
 def size_line(model: bytes, compact: bytes, how: str, fp32: bytes, precision: str) -> str:
-    """File sizes against dense fp32; for int8, the entropy bound of its weights too."""
+    """File sizes against dense fp32; for int8, the entropy bound of its weights too (its
+    measure counts float weights at 32 bits: meant for int8 files)."""
     from edge_rl.converters.size import entropy_bound_bytes
 
     line = (f"size: {precision} {len(model)} bytes, {how} {len(compact)} bytes: "
             f"{len(fp32) / len(compact):.1f}x smaller than dense fp32 ({len(fp32)} bytes)")
-    bound = entropy_bound_bytes(model)  # counts int8 kernels only: 0 for float files
-    if bound:
+    if precision == "int8":
+        bound = entropy_bound_bytes(model)
         line += (f"; entropy bound of the int8 masks and values {bound} bytes "
                  f"({len(fp32) / bound:.1f}x)")
     return line

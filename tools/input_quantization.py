@@ -8,7 +8,9 @@ An int8 policy keeps a float32 input, but its first operator quantizes the whole
 vector with one scale. When features of very different ranges share that vector (angles in
 [-1, 1] next to velocities of ±50), the small ones get only a few int8 levels, unless the file
 has per-feature input scales (metadata format 2: observations are divided by them first, and
-the grid below is in those units). This rolls out
+the grid below is in those units). Since 2026-11-23 int8 exports compute their first layer in
+float32 and have no input grid: this measures --edgetpu exports and older int8 files. This
+rolls out
 the fp32 policy with Gaussian exploration noise, then compares on the observations it saw:
 the fp32 policy fed observations rounded to the int8 input grid, and the int8 policy itself,
 each against the fp32 policy's actions. Continuous actions only. Device runtime only (no TF).
@@ -32,7 +34,9 @@ def input_grid(policy) -> tuple[float, int]:
             scale, zero_point = tensor["quantization"]
             if scale > 0:
                 return float(scale), int(zero_point)
-    raise SystemExit("no int8 input tensor found: is the second file an int8 policy?")
+    raise SystemExit("no int8 input tensor found: an int8 export reads its observation in "
+                     "float32 (its first layer is float32), so there is no input grid to "
+                     "measure; give an --edgetpu export, or an int8 one made before 2026-11-23")
 
 
 def rollout(policy, steps: int, noise: float, seed: int) -> np.ndarray:
