@@ -114,8 +114,11 @@ def export_run(run_dir: Path, precision: str, output: str | None, verify_episode
     if precision == "edgetpu":
         lines += edgetpu_lines(model, path)
     if config.is_sparse and precision != "edgetpu":  # the Edge TPU reads dense weights only
-        compact, how = smallest_loadable(model, build(precision, rows, sparse_encoding=True),
-                                         precision)
+        # int8's sparse encoding is converted anew, its activation ranges the converter's
+        # own, not those of the file just checked: only the float precisions offer it
+        sparse_encoded = (None if precision == "int8"
+                          else build(precision, rows, sparse_encoding=True))
+        compact, how = smallest_loadable(model, sparse_encoded, precision)
         compact_path = path.with_name(path.name + (".xz" if how.startswith("xz") else "-sparse"))
         if compact is not model:
             write_bytes(compact_path, compact)
@@ -199,16 +202,16 @@ def sparsity_lines(learner: Any) -> list[str]:
     return [f"actor network: {1 - active / total:.1%} sparse", *lines]
 
 
-def smallest_loadable(model: bytes, sparse_encoded: bytes, precision: str
+def smallest_loadable(model: bytes, sparse_encoded: bytes | None, precision: str
                       ) -> tuple[bytes, str]:
     """The smallest form of a sparse policy that the device runtime loads: the file, TFLite's
-    sparse encoding, or either one xz-compressed."""
-    candidates = [
-        (model, precision),
-        (sparse_encoded, "TFLite sparse encoding"),
-        (pack_policy(model, XZ_EXPORT_PRESET), f"xz of the {precision} file"),
-        (pack_policy(sparse_encoded, XZ_EXPORT_PRESET), "xz of the TFLite sparse encoding"),
-    ]
+    sparse encoding (when given), or either one xz-compressed."""
+    candidates = [(model, precision),
+                  (pack_policy(model, XZ_EXPORT_PRESET), f"xz of the {precision} file")]
+    if sparse_encoded is not None:
+        candidates += [(sparse_encoded, "TFLite sparse encoding"),
+                       (pack_policy(sparse_encoded, XZ_EXPORT_PRESET),
+                        "xz of the TFLite sparse encoding")]
     for data, how in sorted(candidates, key=lambda c: len(c[0])):
         try:
             Policy(data)

@@ -9,8 +9,8 @@ from test_converter import recorded_observations
 from edge_rl.agents import get_algorithm
 from edge_rl.agents.base import resolve_defaults
 from edge_rl.config import TrainConfig
-from edge_rl.converters import convert
-from edge_rl.converters.patch import NotPatchable, PolicyPatcher
+from edge_rl.converters import convert, patch
+from edge_rl.converters.patch import NotPatchable, PolicyPatcher, covered_range
 from edge_rl.device import Policy, PolicyMetadata
 from edge_rl.device.envs import describe_env
 from edge_rl.tf_setup import tf
@@ -43,7 +43,10 @@ def train_a_little(layers, rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("algo,precision", [("dqn", "int8"), ("td3", "int8"), ("sac", "int8"),
                                             ("td3", "fp16"), ("dqn", "fp32")])
-def test_patched_policy_matches_a_fresh_conversion(algo, precision):
+def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch):
+    # The converter's activation ranges are the calibrated values' min and max: so are the
+    # patcher's when it covers all of them (it clips the rarest 0.1% by default).
+    monkeypatch.setattr(patch, "COVERED_PERCENTILE", 100.0)
     model, meta = exported_network(algo)
     meta = replace(meta, precision=precision)
     calibration = recorded_observations(CASES[algo], 500, seed=1)
@@ -88,3 +91,10 @@ def test_a_network_without_biases_is_not_patchable():
                           observation_shape=(4,), action={"kind": "discrete", "n": 2})
     with pytest.raises(NotPatchable):
         PolicyPatcher(model, "fp32", None, meta)
+
+
+def test_activation_ranges_leave_the_rarest_values_out():
+    """One value in 2000 far out does not stretch an activation's int8 grid."""
+    values = np.concatenate([np.linspace(0.0, 1.0, 1999), [50.0]])
+    low, high = covered_range(values)
+    assert low == pytest.approx(0.001, abs=1e-3) and 0.99 < high < 1.1
