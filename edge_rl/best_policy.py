@@ -2,9 +2,10 @@
 
 An int8 policy's activation ranges come from its calibration rows, and an activation the rows
 never pushed far is clipped where the policy later goes. So the rows are many and varied: the
-newest replay (what the actors meet now), rows spread over the whole replay (what they met
-before), and the states of greedy episodes (where the policy itself goes, which exploration
-data may miss). Export adds the run's held-out rows and greedy episodes of its own.
+newest replay (what the actors meet now) and rows spread over the whole replay (what they met
+before), both in the checkpoint, so a resumed run publishes the policies it would have.
+Export adds the run's held-out rows and the states of fp32 greedy episodes (where the policy
+itself goes, which exploration data may miss).
 """
 
 from __future__ import annotations
@@ -21,19 +22,16 @@ from edge_rl.device.envs import make_env
 
 RECENT_ROWS = 500  # newest replay observations in the calibration rows
 SPREAD_ROWS = 1500  # rows spread evenly over the whole replay
-GREEDY_ROWS = 1000  # rows from the states of the latest greedy episodes
+GREEDY_ROWS = 1000  # rows from the states of greedy episodes, at export
 HOLDOUT_SIZE = 2000  # newest observations kept with the best policy, beside its calibration
 
 
-def calibration_observations(replay: Any, greedy: np.ndarray | None,
-                             fallback: np.ndarray) -> np.ndarray:
-    """The rows an int8 policy is calibrated on: the newest and spread-out replay observations
-    and `greedy` episode states; random-play `fallback` rows while replay is nearly empty."""
+def calibration_observations(replay: Any, fallback: np.ndarray) -> np.ndarray:
+    """The rows a learner calibrates its int8 policies on: the newest and spread-out replay
+    observations; random-play `fallback` rows too while replay is nearly empty."""
     parts = [replay.recent_observations(RECENT_ROWS), replay.spread_observations(SPREAD_ROWS)]
     if len(replay) < RECENT_ROWS:
         parts.insert(0, fallback)
-    if greedy is not None and len(greedy):
-        parts.append(evenly_spaced(greedy, GREEDY_ROWS))
     return np.concatenate(parts)
 
 

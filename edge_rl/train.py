@@ -115,7 +115,6 @@ class Training:
                      batches, transitions)
         self.writer = tf.summary.create_file_writer(str(self.run_dir / "tb"))
         self.calibration_fallback = random_observations(config.env, RECENT_ROWS, config.seed)
-        self.greedy_states: np.ndarray | None = None  # of the latest evaluation
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.last_publish_update = self.learner.updates
         self.last_loss = None
@@ -132,8 +131,7 @@ class Training:
         return int(math.floor(max(0, self.state.env_steps - c.warmup_steps) * c.updates_per_step))
 
     def calibration(self) -> np.ndarray:
-        return calibration_observations(self.replay, self.greedy_states,
-                                        self.calibration_fallback)
+        return calibration_observations(self.replay, self.calibration_fallback)
 
     def publish(self) -> None:
         version = self.state.policy_version + 1
@@ -238,9 +236,7 @@ class Training:
         self.publish()
         policy = Policy(self.policy_file)
         with self.costs.learner.part("evaluation"):
-            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes,
-                              keep_observations=True)
-        self.greedy_states = result.observations
+            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
         record = {
             **result.as_dict(),
             "env_steps": self.state.env_steps,
