@@ -217,8 +217,10 @@ def x86_policies(cache: Path) -> dict[str, Path]:
             shutil.rmtree(run_dir, ignore_errors=True)
             run([HOST_BIN / "edge-rl", "train", "--out", run_dir, *flags])
         policies[name] = cache / f"{name}-int8.tflite"
+        # --force: this check compares one file on two architectures; how closely it follows
+        # fp32 is export's own check (a short CartPole run's Q-values have near-ties there)
         run([HOST_BIN / "edge-rl", "export", run_dir, "--int8", "-o", policies[name],
-             "--verify-episodes", "0"])
+             "--verify-episodes", "0", "--force"])
     best = json.loads((runs["cartpole"][0] / "summary.json").read_text())["best_return"]
     if not best or best["mean"] < SOLVED:  # x86's failure, not arm64's: say so
         raise CheckFailed(f"the x86 CartPole run did not solve it (best greedy return "
