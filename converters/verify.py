@@ -46,8 +46,7 @@ def compare_policies(
     actual = candidate.act(obs)
     n = int(len(obs))
     if reference.metadata.discrete:
-        top_two = np.sort(reference_outputs, axis=-1)[:, -2:]
-        decisive = (top_two[:, 1] - top_two[:, 0]) > 2 * candidate.output_quantization[0]
+        decisive = decisive_rows(reference_outputs, candidate.output_quantization[0])
         matches = expected == actual
         return {
             "agreement": float(np.mean(matches)),
@@ -68,6 +67,13 @@ def compare_policies(
         "output_step": float(scale),
         "n": n,
     }
+
+
+def decisive_rows(q_values: np.ndarray, output_step: float) -> np.ndarray:
+    """Rows whose best action leads the runner-up by more than two output steps: where a
+    quantized policy must agree (near-ties flip with one level of rounding)."""
+    top_two = np.sort(q_values, axis=-1)[:, -2:]
+    return (top_two[:, 1] - top_two[:, 0]) > 2 * output_step
 
 
 def tolerance_failures(comparison: dict[str, Any]) -> list[str]:

@@ -7,7 +7,8 @@ root with debootstrap (cached in --cache; ~30 s the first time), enters it with 
 through qemu-user (binfmt_misc), installs edge-rl there from aarch64 wheels the way
 docs/raspberry-pi.md says, and checks, under emulation:
   1. `edge-rl eval` of an int8 CartPole policy trained and exported on x86 scores >= 475;
-  2. its greedy actions on observations recorded on x86 match x86's (>= 99% identical), and a
+  2. its greedy actions on observations recorded on x86 match x86's (>= 99% identical where
+     x86's best action leads by more than two output steps), and a
      continuous (TD3) policy's are within one quantization step of the action of x86's on
      >= 99% of them (and never two steps apart);
   3. `edge-rl actor` joins an x86 `edge-rl learner` on loopback and its batches reach the
@@ -276,10 +277,17 @@ def compare_actions(root: Path, policy_file: Path, name: str) -> str:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if policy.metadata.discrete:
-        same = float(np.mean(arm == x86))
-        line = f"{name}: arm64 and x86 greedy actions identical on {same:.2%} of {len(x86)}"
+        # near-ties flip when the two machines' kernels round one level apart: as export's
+        # check, 99% must match where x86's best action leads by more than two output steps
+        from edge_rl.converters.verify import decisive_rows
+
+        decisive = decisive_rows(policy.outputs(observations), policy.output_quantization[0])
+        same = float(np.mean(arm[decisive] == x86[decisive])) if decisive.any() else 1.0
+        line = (f"{name}: arm64 and x86 greedy actions identical on {np.mean(arm == x86):.2%} "
+                f"of {len(x86)}, on {same:.2%} of the {int(decisive.sum())} where x86's best "
+                "action leads by more than two output steps")
         if same < 0.99:
-            raise CheckFailed(line + " (needs >= 99%)")
+            raise CheckFailed(line + " (needs >= 99% there)")
     else:
         # An action is tanh's int8 output (fixed step 1/128) scaled to the bounds, then
         # requantized to the output tensor's finer step. A kernel that rounds one tanh level
