@@ -1,6 +1,6 @@
 """Reading and editing converted TFLite flatbuffers (TensorFlow's schema object API).
 
-Two edits make an int8 policy file act as its float network does, for every TFLite runtime:
+Three edits make an int8 policy file act as its float network does, for every TFLite runtime:
 
 * `float_input_layer` computes the first Dense layer in float32 from the raw observation and
   quantizes its output: int8 from the first hidden activation on. An int8 input holds each
@@ -8,6 +8,9 @@ Two edits make an int8 policy file act as its float network does, for every TFLi
   that fed raw observations acted differently); a steep policy moves its action by several
   percent of its range within one level of an angle (a sparse TD3 Pendulum actor: 2.8% mean
   action error from the input's quantization alone). The layer is features x units: tiny.
+* `float_output_stage` computes the last Dense layer, and the ops after it, in float32 from
+  the dequantized last hidden activation: the file's outputs (Q-values, actions in the env's
+  units) carry no int8 rounding of their own, and no range calibrated for them.
 * `bounded_ranges` gives the int8 ranges that mathematics fixes, whatever the calibration
   data: a TANH's input spans [-TANH_INPUT_LIMIT, TANH_INPUT_LIMIT] (beyond it tanh is within
   half an int8 output step of +-1), and each elementwise op that only adds, subtracts or
@@ -101,13 +104,7 @@ def float_input_layer(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray) 
         raise ValueError("the network does not start with QUANTIZE and FULLY_CONNECTED")
     quantize, first = ops[0], ops[1]
     hidden = int(first.outputs[0])
-    float_hidden = schema.TensorT()
-    float_hidden.name = text(graph.tensors[hidden].name).encode() + b"_float"
-    float_hidden.type = schema.TensorType.FLOAT32
-    float_hidden.shape = np.array(graph.tensors[hidden].shape, np.int32)
-    if graph.tensors[hidden].shapeSignature is not None:
-        float_hidden.shapeSignature = np.array(graph.tensors[hidden].shapeSignature, np.int32)
-    float_hidden.buffer = 0
+    float_hidden = _activation_like(graph.tensors[hidden], b"_float")
     weights = _constant(model, "input_layer/kernel", np.asarray(kernel, np.float32).T)
     biases = _constant(model, "input_layer/bias", np.asarray(bias, np.float32))
     graph.tensors += [float_hidden, weights, biases]
@@ -118,6 +115,116 @@ def float_input_layer(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray) 
     quantize.outputs = np.array([hidden], np.int32)
     graph.operators = [first, quantize, *ops[2:]]
     return write_model(model)
+
+
+def narrow_outputs_first(model_bytes: bytes) -> bytes:
+    """`model_bytes` with its graph outputs ordered by their last dimension, narrowest first
+    (the converter orders a Keras model's outputs as it likes; a SAC policy's greedy action,
+    [batch, dim], must be output 0, before its [batch, 2 * dim] mean and log-std)."""
+    model = read_model(model_bytes)
+    graph = model.subgraphs[0]
+    order = sorted((int(i) for i in graph.outputs), key=lambda i: int(graph.tensors[i].shape[-1]))
+    if order == [int(i) for i in graph.outputs]:
+        return model_bytes
+    graph.outputs = np.array(order, np.int32)
+    return write_model(model)
+
+
+# -- the float output stage ---------------------------------------------------------------------
+
+def float_output_stage(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray) -> bytes:
+    """`model_bytes` with its last FULLY_CONNECTED layer, and every op after it, computed in
+    float32: ... -> int8 hidden activation -> DEQUANTIZE -> FULLY_CONNECTED (float32 `kernel`
+    [units, outputs] and `bias`) -> the ops after it in float32 -> the output. The final
+    DEQUANTIZE (and any QUANTIZE between) goes; their constant int8 operands become float32."""
+    model = read_model(model_bytes)
+    graph = model.subgraphs[0]
+    ops = list(graph.operators)
+    fc_at = [i for i, op in enumerate(ops) if builtin(model, op) == _OP.FULLY_CONNECTED]
+    if not fc_at or not _is_int8(graph, int(ops[fc_at[-1]].inputs[0])):
+        raise ValueError("the network does not end with an int8 FULLY_CONNECTED layer")
+    last_at = fc_at[-1]
+    last = ops[last_at]
+    units = graph.tensors[int(last.inputs[1])].shape
+    if tuple(int(d) for d in units) != tuple(np.asarray(kernel).T.shape):
+        raise ValueError(f"a kernel of shape {np.asarray(kernel).shape} for a last layer of "
+                         f"shape {tuple(units)[::-1]}")
+    hidden = int(last.inputs[0])
+    float_hidden = _activation_like(graph.tensors[hidden], b"_dequantized")
+    weights = _constant(model, "output_layer/kernel", np.asarray(kernel, np.float32).T)
+    biases = _constant(model, "output_layer/bias", np.asarray(bias, np.float32))
+    graph.tensors += [float_hidden, weights, biases]
+    n = len(graph.tensors)
+    dequantize = schema.OperatorT()
+    dequantize.opcodeIndex = _opcode_index(model, _OP.DEQUANTIZE)
+    dequantize.inputs = np.array([hidden], np.int32)
+    dequantize.outputs = np.array([n - 3], np.int32)
+    last.inputs = np.array([n - 3, n - 2, n - 1], np.int32)
+    kept = [*ops[:last_at], dequantize, last]
+    alias: dict[int, int] = {}  # a dropped (DE)QUANTIZE's input -> its output
+    for op in ops[last_at:]:
+        for index in op.outputs:
+            _make_float(graph.tensors[int(index)])
+        if op is last:
+            continue
+        if builtin(model, op) in (_OP.QUANTIZE, _OP.DEQUANTIZE):
+            alias[int(op.inputs[0])] = int(op.outputs[0])
+            continue
+        op.inputs = np.array([_float_operand(model, int(i)) for i in op.inputs], np.int32)
+        kept.append(op)
+    for op in kept:  # whoever wrote or read a dropped op's input now uses its output
+        op.inputs = np.array([alias.get(int(i), int(i)) for i in op.inputs], np.int32)
+        op.outputs = np.array([alias.get(int(i), int(i)) for i in op.outputs], np.int32)
+    graph.operators = kept
+    return write_model(model)
+
+
+def _activation_like(tensor: Any, suffix: bytes) -> Any:
+    """A new float32 activation tensor of `tensor`'s shape."""
+    new = schema.TensorT()
+    new.name = text(tensor.name).encode() + suffix
+    new.type = schema.TensorType.FLOAT32
+    new.shape = np.array(tensor.shape, np.int32)
+    if tensor.shapeSignature is not None:
+        new.shapeSignature = np.array(tensor.shapeSignature, np.int32)
+    new.buffer = 0
+    return new
+
+
+def _make_float(tensor: Any) -> None:
+    if tensor.type in (schema.TensorType.INT8, schema.TensorType.FLOAT32):
+        tensor.type = schema.TensorType.FLOAT32
+        tensor.quantization = None
+
+
+def _float_operand(model: Any, index: int) -> int:
+    """Op input `index` as a float op reads it: a stored int8 constant becomes a float32 one
+    (its dequantized values); activations were made float already; others (axes) stay."""
+    if index < 0:
+        return index
+    graph = model.subgraphs[0]
+    tensor = graph.tensors[index]
+    if tensor.type != schema.TensorType.INT8:
+        return index
+    values = constant_values(model, index)
+    if values is None:
+        raise ValueError(f"int8 tensor {text(tensor.name)!r} feeds the float output stage")
+    shape = tuple(int(d) for d in tensor.shape)
+    graph.tensors.append(_constant(model, text(tensor.name) + "_float",
+                                   values.reshape(shape).astype(np.float32)))
+    return len(graph.tensors) - 1
+
+
+def _opcode_index(model: Any, code: int) -> int:
+    for i, opcode in enumerate(model.operatorCodes):
+        if max(opcode.builtinCode, opcode.deprecatedBuiltinCode) == code:
+            return i
+    opcode = schema.OperatorCodeT()
+    opcode.builtinCode = code
+    opcode.deprecatedBuiltinCode = min(code, 127)
+    opcode.version = 1
+    model.operatorCodes.append(opcode)
+    return len(model.operatorCodes) - 1
 
 
 def _constant(model: Any, name: str, values: np.ndarray) -> Any:

@@ -32,7 +32,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
 from edge_rl.converters.tflite import _builtin, _read_model
-from edge_rl.device.policy_file import PolicyMetadata, output_quantization, read_policy_metadata
+from edge_rl.device.policy_file import PolicyMetadata, output_step, read_policy_metadata
 from edge_rl.device.runtime import EDGETPU_CUSTOM_OP
 
 log = logging.getLogger(__name__)
@@ -350,7 +350,7 @@ def compare_with_litert(model_bytes: bytes, arena_bytes: int = 1 << 20,
     if sink.type != _TYPE.FLOAT32:
         step = 1.0  # integer outputs: compared in their own units
     else:
-        step = output_quantization(model_bytes)[0] or 1e-4 * max(1.0, float(np.abs(lite).max()))
+        step = output_step(model_bytes) or 1e-4 * max(1.0, float(np.abs(lite).max()))
     worst = float(np.abs(micro - lite).max()) / step
     if worst > 1.0 + 1e-6:
         raise ValueError(f"TFLite Micro's outputs differ from LiteRT's by up to {worst:.2f} "
@@ -399,7 +399,7 @@ def _header(model_bytes: bytes, name: str, meta: PolicyMetadata, arena: ArenaSiz
     p = name.upper()
     ops = model_ops(model_bytes)
     features = int(np.prod(meta.observation_shape))
-    step = output_quantization(model_bytes)[0]
+    step = output_step(model_bytes)
     quantize = (f"clamp(round(x[i] / {p}_INPUT_SCALE) + {p}_INPUT_ZERO_POINT, -128, 127)"
                 if source.type != _TYPE.FLOAT32 else "x[i]")
     dequantize = (f"(output[j] - {p}_OUTPUT_ZERO_POINT) * {p}_OUTPUT_SCALE"
@@ -407,6 +407,9 @@ def _header(model_bytes: bytes, name: str, meta: PolicyMetadata, arena: ArenaSiz
     act = {
         "q_values": "action = argmax_j y[j] (Q-values, or advantages: the same argmax)",
         "action": f"action[k] = clamp(y[k], {p}_ACTION_LOW[k], {p}_ACTION_HIGH[k]) (env units)",
+        "squashed_gaussian": f"action[k] = clamp(y[k], {p}_ACTION_LOW[k], {p}_ACTION_HIGH[k]) "
+                             "(output 0, env units; output 1: the mean and log-std to sample "
+                             "from)",
         "mean_log_std": "action[k] = LOW[k] + (tanh(y[k]) + 1) / 2 * (HIGH[k] - LOW[k]), "
                         f"k < {p}_ACTION_DIM",
     }[meta.output]
@@ -422,7 +425,7 @@ def _header(model_bytes: bytes, name: str, meta: PolicyMetadata, arena: ArenaSiz
                   f"#define {p}_ACTION_DIM {len(meta.action['low'])}\n"
                   f"#define {p}_ACTION_LOW {_c_floats(meta.action['low'])}\n"
                   f"#define {p}_ACTION_HIGH {_c_floats(meta.action['high'])}")
-    resolution = (f"/* int8 resolution: the outputs move in steps of {_c_float(step)} */\n"
+    resolution = (f"/* int8 resolution: one int8 step moves an output by {_c_float(step)} */\n"
                   if step and sink.type == _TYPE.FLOAT32 else "")
     adds = " &&\n         ".join(f"resolver.{resolver_method(op)}() == 0" for op in ops)
     return f"""\

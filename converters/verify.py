@@ -29,12 +29,14 @@ def compare_policies(
 
     Discrete policies: {"agreement": fraction of rows whose greedy actions match, "n": rows,
     "decisive_agreement": the same on the rows where the reference's best action leads the
-    runner-up by more than two of the candidate's output steps, "decisive_n": those rows}.
-    Near-ties are where int8 rounding flips actions, and where the choice matters least.
+    runner-up by more than two of the candidate's output steps (Policy.output_step),
+    "decisive_n": those rows}. Near-ties are where int8 rounding flips actions, and where the
+    choice matters least.
     Continuous: {"max_action_error", "mean_action_error": absolute differences of the greedy
-    actions, "output_step": the candidate's output quantization step in action units (0.0 when
-    its output is not quantized), "n": rows}. For "mean_log_std" outputs the step is an upper
-    bound: the output scale times the action's largest half-range (tanh' <= 1).
+    actions, "output_step": the candidate's output step in action units (0.0 for a float
+    policy), "n": rows}. Where the step is taken before the squash to the action bounds
+    ("mean_log_std" outputs, float output stages) it is an upper bound: that step times the
+    action's largest half-range (tanh' <= 1).
     """
     if reference.metadata.discrete != candidate.metadata.discrete:
         raise ValueError("cannot compare a discrete policy with a continuous one")
@@ -46,7 +48,7 @@ def compare_policies(
     actual = candidate.act(obs)
     n = int(len(obs))
     if reference.metadata.discrete:
-        decisive = decisive_rows(reference_outputs, candidate.output_quantization[0])
+        decisive = decisive_rows(reference_outputs, candidate.output_step)
         matches = expected == actual
         return {
             "agreement": float(np.mean(matches)),
@@ -57,8 +59,9 @@ def compare_policies(
     error = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
     span = (candidate.high - candidate.low).astype(np.float64)
     relative = error / np.where(span > 0, span, 1.0)
-    scale, _ = candidate.output_quantization
-    if candidate.metadata.output == "mean_log_std":
+    scale = candidate.output_step
+    if candidate.metadata.output == "mean_log_std" or not candidate.output_quantization[0]:
+        # a step before the squash (a float output stage's is): tanh's slope is at most 1
         scale *= float(np.max(0.5 * (candidate.high - candidate.low)))
     return {
         "max_action_error": float(error.max()),

@@ -4,7 +4,8 @@ The learner tells each actor how to explore (ExplorationSettings, sent as JSON i
   * epsilon_greedy (DQN): a random action with probability epsilon, which decays linearly
     from epsilon_start to epsilon_end over decay_steps of the actor's own env steps;
   * gaussian (TD3): the deterministic action plus N(0, noise_std * half-range), clipped;
-  * sac: a sample of the tanh-squashed Gaussian whose mean and log-std the network outputs.
+  * sac: a sample of the tanh-squashed Gaussian whose mean and log-std the network outputs
+    (its second output; see PolicyMetadata.output).
 For the first random_steps env steps of an actor, actions are uniform random (warm-up).
 """
 
@@ -86,6 +87,8 @@ class Explorer:
                 np.float32
             )
         self.steps = 0  # env steps this actor has taken (each row of a batch is one)
+        # squashed_gaussian outputs are [greedy action, mean, log-std]: sample from the last two
+        self.gaussian_from = 1 if policy_metadata.output == "squashed_gaussian" else 0
 
     def epsilon(self) -> float:
         s = self.settings
@@ -113,7 +116,8 @@ class Explorer:
             noise = self.normal.take(greedy.size).reshape(greedy.shape)
             actions = np.clip(greedy + noise * self.noise_scale, self.low, self.high)
         else:
-            actions = sac_sample(outputs, self.low, self.high,
+            mean_log_std = outputs[..., self.gaussian_from * greedy.shape[-1]:]
+            actions = sac_sample(mean_log_std, self.low, self.high,
                                  self.normal.take(greedy.size).reshape(greedy.shape))
         return actions.astype(greedy.dtype, copy=False), greedy
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from edge_rl.device.policy_file import (
+    TWO_OUTPUT_KINDS,
     PolicyFileError,
     PolicyMetadata,
     output_quantization,
+    output_step,
     read_policy_metadata,
     unpack_policy,
     verify_model,
@@ -73,14 +75,18 @@ class Policy:
             if delegate == "edgetpu":
                 message += f" (with the Edge TPU delegate; {EDGETPU_INSTALL_HINT})"
             raise PolicyFileError(message) from None
-        if len(inputs) != 1 or len(outputs) != 1:
-            raise PolicyFileError("a policy network must have exactly one input and one output")
+        meta = self.metadata
+        n_outputs = 2 if meta.output in TWO_OUTPUT_KINDS else 1
+        if len(inputs) != 1 or len(outputs) != n_outputs:
+            raise PolicyFileError(f"a {meta.output} policy network must have exactly one input "
+                                  f"and {n_outputs} output{'s' if n_outputs > 1 else ''}")
+        if n_outputs > 1:  # the greedy action first: its last dimension is the narrower
+            outputs = sorted(outputs, key=lambda details: int(details["shape"][-1]))
         self._input_index = inputs[0]["index"]
-        self._output_index = outputs[0]["index"]
+        self._output_indices = [details["index"] for details in outputs]
         self._batch = int(inputs[0]["shape"][0])
         # a delegate's graph is compiled for its batch size: larger batches go row by row
         self._fixed_batch = delegate is not None and self._batch == 1
-        meta = self.metadata
         if tuple(int(d) for d in inputs[0]["shape"][1:]) != tuple(meta.observation_shape):
             raise PolicyFileError(
                 f"the network takes inputs of shape {list(inputs[0]['shape'][1:])}, the metadata "
@@ -100,6 +106,10 @@ class Policy:
         if np.dtype(outputs[0]["dtype"]).kind in "iu":
             scale, zero_point = _tensor_quantization(outputs[0])
             self._dequantize = (np.float32(scale), np.float32(zero_point))
+        # each integer output's own (scale, zero point); None for float outputs
+        self._dequantize_each = [
+            tuple(np.float32(x) for x in _tensor_quantization(details))
+            if np.dtype(details["dtype"]).kind in "iu" else None for details in outputs]
         self.low = self.high = None
         if meta.action["kind"] == "continuous":
             self.low = np.asarray(meta.action["low"], np.float32)
@@ -126,8 +136,17 @@ class Policy:
             return float(scale), int(zero_point)
         return output_quantization(self.model)
 
+    @property
+    def output_step(self) -> float:
+        """How far one int8 rounding step moves an output (edge_rl.device.tflite_file's
+        output_step); 0.0 for float policies."""
+        if self._dequantize is not None:
+            return float(self._dequantize[0])
+        return output_step(self.model)
+
     def outputs(self, observations: np.ndarray) -> np.ndarray:
-        """The network's output for a batch of observations, as float32."""
+        """The network's output for a batch of observations, as float32; for two-output kinds
+        (squashed_gaussian) both, concatenated along the last axis in the kind's order."""
         obs = np.asarray(observations, dtype=np.float32)
         if self._input_multiplier is not None:
             obs = obs * self._input_multiplier
@@ -143,15 +162,20 @@ class Policy:
             self._interpreter.allocate_tensors()
             self._batch = obs.shape[0]
             raw = self._run(obs)
-        if self._dequantize is None:
-            return raw.astype(np.float32, copy=False)
-        scale, zero_point = self._dequantize
-        return (raw.astype(np.float32) - zero_point) * scale
+        return raw
 
     def _run(self, network_input: np.ndarray) -> np.ndarray:
         self._interpreter.set_tensor(self._input_index, network_input)
         self._interpreter.invoke()
-        return self._interpreter.get_tensor(self._output_index)
+        each = []
+        for index, dequantize in zip(self._output_indices, self._dequantize_each, strict=True):
+            raw = self._interpreter.get_tensor(index)
+            if dequantize is None:
+                each.append(raw.astype(np.float32, copy=False))
+            else:
+                scale, zero_point = dequantize
+                each.append((raw.astype(np.float32) - zero_point) * scale)
+        return each[0] if len(each) == 1 else np.concatenate(each, axis=-1)
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         """The noise-free action for each row of network outputs."""
@@ -187,11 +211,14 @@ def _first_line(err: Exception) -> str:
 def greedy_actions(output_kind: str, outputs: np.ndarray, low: np.ndarray | None,
                    high: np.ndarray | None) -> np.ndarray:
     """The noise-free actions for rows of a policy network's outputs (see PolicyMetadata.output):
-    argmax of Q-values, the clipped action, or the squashed Gaussian's mode."""
+    argmax of Q-values, the clipped action, or the squashed Gaussian's mode (its greedy-action
+    output, or for older SAC files tanh of the mean, scaled)."""
     if output_kind == "q_values":
         return np.argmax(outputs, axis=-1).astype(np.int64)
     if output_kind == "action":
         return np.clip(outputs, low, high)
+    if output_kind == "squashed_gaussian":  # [greedy action, mean, log-std]
+        return np.clip(outputs[..., : outputs.shape[-1] // 3], low, high)
     mean = outputs[..., : outputs.shape[-1] // 2]
     return squash_to_bounds(np.tanh(mean), low, high)
 

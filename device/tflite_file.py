@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
+
 from edge_rl.device.errors import PolicyFileError
 
 # Field indices in TFLite's schema.fbs.
@@ -38,6 +40,8 @@ _TENSOR_SPARSITY = 6
 _QUANTIZATION_SCALE = 2
 _QUANTIZATION_ZERO_POINT = 3
 _DEQUANTIZE = 6  # BuiltinOperator
+_FULLY_CONNECTED = 9  # BuiltinOperator
+_FLOAT32 = 0  # TensorType
 _QUANTIZED_TYPES = (3, 7, 9)  # TensorType UINT8, INT16, INT8
 # TensorType -> bytes per element, for the types whose stored size follows from the shape.
 _TYPE_SIZES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16, 12: 8,
@@ -352,21 +356,13 @@ def output_quantization(model: bytes) -> tuple[float, int]:
         return 0.0, 0
     output = reader.element(outputs, 0, "<i")
     tensors, n_tensors = reader.vector(graph, _SUBGRAPH_TENSORS)
-    codes, n_codes = reader.vector(root, _MODEL_OPERATOR_CODES)
     operators, n_operators = reader.vector(graph, _SUBGRAPH_OPERATORS)
     for i in reversed(range(n_operators)):
         op = reader.table_at(operators + 4 * i)
         op_outputs, n_op_outputs = reader.vector(op, _OPERATOR_OUTPUTS)
         if output not in (reader.element(op_outputs, j, "<i") for j in range(n_op_outputs)):
             continue
-        code_index = reader.scalar(op, _OPERATOR_OPCODE_INDEX, "<I")
-        if code_index >= n_codes:
-            raise PolicyFileError("the .tflite file is corrupt (operator code out of range)")
-        code = reader.table_at(codes + 4 * code_index)
-        builtin = max(
-            reader.scalar(code, _OPERATOR_CODE_DEPRECATED_BUILTIN, "<b"),
-            reader.scalar(code, _OPERATOR_CODE_BUILTIN, "<i"),
-        )
+        builtin = _builtin_code(reader, root, op)
         op_inputs, n_op_inputs = reader.vector(op, _OPERATOR_INPUTS)
         if builtin != _DEQUANTIZE or n_op_inputs < 1:
             return 0.0, 0
@@ -384,6 +380,68 @@ def output_quantization(model: bytes) -> tuple[float, int]:
         zero_point = reader.element(zero_points, 0, "<q") if n_zero_points else 0
         return float(reader.element(scales, 0, "<f")), int(zero_point)
     return 0.0, 0
+
+
+def output_step(model: bytes) -> float:
+    """How far one int8 rounding step moves an output: the output's quantization scale when a
+    final DEQUANTIZE makes it. For a float output stage (a float32 last FULLY_CONNECTED fed by
+    the DEQUANTIZE of an int8 activation of scale s; edge_rl.converters.flatbuffer), rounding
+    each of the activation's units moves output i by s * ||W_i|| in root mean square, as one
+    output step does an int8 output: the largest of those. 0.0 for fp32 and fp16 policies."""
+    scale, _ = output_quantization(model)
+    if scale:
+        return scale
+    reader = _Reader(model)
+    root = reader.root()
+    graphs, n_graphs = reader.vector(root, _MODEL_SUBGRAPHS)
+    if not n_graphs:
+        return 0.0
+    graph = reader.table_at(graphs)
+    tensors, n_tensors = reader.vector(graph, _SUBGRAPH_TENSORS)
+    operators, n_operators = reader.vector(graph, _SUBGRAPH_OPERATORS)
+    ops = [reader.table_at(operators + 4 * i) for i in range(n_operators)]
+
+    def tensor(index: int) -> int:
+        if not 0 <= index < n_tensors:
+            raise PolicyFileError("the .tflite file is corrupt (tensor index out of range)")
+        return reader.table_at(tensors + 4 * index)
+
+    def indices(op: int, field: int) -> list[int]:
+        start, n = reader.vector(op, field)
+        return [reader.element(start, j, "<i") for j in range(n)]
+
+    last = [op for op in ops if _builtin_code(reader, root, op) == _FULLY_CONNECTED]
+    if not last or len(indices(last[-1], _OPERATOR_INPUTS)) < 2:
+        return 0.0
+    hidden, weights = indices(last[-1], _OPERATOR_INPUTS)[:2]
+    feeding = [op for op in ops if hidden in indices(op, _OPERATOR_OUTPUTS)]
+    if len(feeding) != 1 or _builtin_code(reader, root, feeding[0]) != _DEQUANTIZE:
+        return 0.0
+    quantized = tensor(indices(feeding[0], _OPERATOR_INPUTS)[0])
+    quantization = reader.subtable(quantized, _TENSOR_QUANTIZATION)
+    scales, n_scales = reader.vector(quantization, _QUANTIZATION_SCALE) if quantization \
+        else (0, 0)
+    weight = tensor(weights)
+    if n_scales != 1 or reader.scalar(weight, _TENSOR_TYPE, "<b") != _FLOAT32:
+        return 0.0
+    shape_start, rank = reader.vector(weight, _TENSOR_SHAPE)
+    shape = [reader.element(shape_start, j, "<i") for j in range(rank)]
+    start, size = buffer_span(model, reader.scalar(weight, _TENSOR_BUFFER, "<I"))
+    if rank != 2 or size != 4 * shape[0] * shape[1]:
+        return 0.0
+    rows = np.frombuffer(model, np.float32, shape[0] * shape[1], start).reshape(shape)
+    norm = float(np.sqrt((rows.astype(np.float64) ** 2).sum(axis=1)).max())
+    return float(reader.element(scales, 0, "<f")) * norm
+
+
+def _builtin_code(reader: _Reader, root: int, op: int) -> int:
+    codes, n_codes = reader.vector(root, _MODEL_OPERATOR_CODES)
+    code_index = reader.scalar(op, _OPERATOR_OPCODE_INDEX, "<I")
+    if code_index >= n_codes:
+        raise PolicyFileError("the .tflite file is corrupt (operator code out of range)")
+    code = reader.table_at(codes + 4 * code_index)
+    return max(reader.scalar(code, _OPERATOR_CODE_DEPRECATED_BUILTIN, "<b"),
+               reader.scalar(code, _OPERATOR_CODE_BUILTIN, "<i"))
 
 
 def custom_op_names(model: bytes) -> list[str]:

@@ -33,101 +33,136 @@ def export_run(run_dir: Path, precision: str, output: str | None, verify_episode
     """Convert, check against fp32 and write; returns the report's lines. A policy outside the
     tolerances (edge_rl.converters.verify) is refused with ExportRefused and nothing written,
     unless `force`."""
-    tflm = precision == "tflm"  # int8 as C source for TFLite Micro (dense weights)
-    if tflm:
-        precision = "int8"
-    if precision not in EXPORT_PRECISIONS:
+    check_precision(precision)
+    return RunExport(run_dir, verify_episodes).write(precision, output, force)
+
+
+def check_precision(precision: str) -> None:
+    if precision != "tflm" and precision not in EXPORT_PRECISIONS:
         raise UserError(f"unknown precision {precision!r}")
-    if verify_episodes < 0:
-        raise UserError("--verify-episodes must not be negative")
-    if not run_dir.is_dir():
-        raise UserError(f"no run directory at {run_dir}")
-    best = run_dir / "best"
-    if not (best / "policy.tflite").is_file():
-        raise UserError(f"{run_dir} has no evaluated policy yet (train it first)")
-    config = TrainConfig.load(run_dir / "config.json")
-    factory = get_algorithm(config.algo)
-    observation_shape, action = describe_env(config.env)
-    config = resolve_defaults(factory, config, observation_shape, action)
 
-    from edge_rl.converters import convert
-    from edge_rl.converters.patch import policy_file
-    from edge_rl.learner import Learner
 
-    learner = Learner(factory, config, observation_shape, action)
-    learner.restore_actor(best)
-    published = read_policy_metadata((best / "policy.tflite").read_bytes())
-    with np.load(best / "observations.npz") as saved:
-        calibration, holdout = saved["calibration"], saved["holdout"]
-    if len(holdout) == 0:  # best kept before replay held any observation
-        holdout = calibration
+class RunExport:
+    """A run's best-evaluated actor, ready to be written at any precision: its network, its
+    fp32 file (the reference every other precision is checked against) and the calibration
+    rows: the run's saved ones and holdout, and the states of fp32's greedy episodes."""
 
-    def build(p: str, rows: np.ndarray | None, sparse_encoding: bool = False) -> bytes:
-        meta = learner.metadata(p, published.policy_version, config.env)
-        meta = dataclasses.replace(meta, train_step=published.train_step)
+    def __init__(self, run_dir: Path, verify_episodes: int = 5):
+        if verify_episodes < 0:
+            raise UserError("--verify-episodes must not be negative")
+        if not run_dir.is_dir():
+            raise UserError(f"no run directory at {run_dir}")
+        best = run_dir / "best"
+        if not (best / "policy.tflite").is_file():
+            raise UserError(f"{run_dir} has no evaluated policy yet (train it first)")
+        self.run_dir, self.verify_episodes = run_dir, verify_episodes
+        config = TrainConfig.load(run_dir / "config.json")
+        factory = get_algorithm(config.algo)
+        observation_shape, action = describe_env(config.env)
+        self.config = resolve_defaults(factory, config, observation_shape, action)
+
+        from edge_rl.learner import Learner
+
+        self.learner = Learner(factory, self.config, observation_shape, action)
+        self.learner.restore_actor(best)
+        self.published = read_policy_metadata((best / "policy.tflite").read_bytes())
+        with np.load(best / "observations.npz") as saved:
+            calibration, self.holdout = saved["calibration"], saved["holdout"]
+        if len(self.holdout) == 0:  # best kept before replay held any observation
+            self.holdout = calibration
+        self.fp32 = self.build("fp32", None)
+        self.reference = Policy(self.fp32)
+        # fp32's greedy episodes: where the policy goes, to calibrate on
+        calibration_episodes = evaluate(self.reference, self.config.env,
+                                        episodes=CALIBRATION_EPISODES, seed=CALIBRATION_SEED,
+                                        keep_observations=True)
+        self.rows = np.concatenate([calibration, self.holdout, evenly_spaced(
+            calibration_episodes.observations, GREEDY_ROWS)])
+        self._reference_episodes = None
+
+    def build(self, p: str, rows: np.ndarray | None, sparse_encoding: bool = False) -> bytes:
+        from edge_rl.converters import convert
+        from edge_rl.converters.patch import policy_file
+
+        meta = self.learner.metadata(p, self.published.policy_version, self.config.env)
+        meta = dataclasses.replace(meta, train_step=self.published.train_step)
+        model = self.learner.built.export_model
         try:
             if p == "int8" and not sparse_encoding:  # as the learner publishes it
-                return policy_file(learner.built.export_model, p, rows, meta)
-            return convert(learner.built.export_model, p, rows, meta, sparse_encoding)
+                return policy_file(model, p, rows, meta)
+            return convert(model, p, rows, meta, sparse_encoding)
         except ValueError as err:  # a network this precision cannot express (an op, a tensor)
             raise UserError(f"cannot export {p}: {_first_line(err)}") from None
 
-    fp32 = build("fp32", None)
-    reference = Policy(fp32)
-    # fp32's greedy episodes: where the policy goes, to calibrate on, and others to check on
-    calibration_episodes = evaluate(reference, config.env, episodes=CALIBRATION_EPISODES,
-                                    seed=CALIBRATION_SEED, keep_observations=True)
-    rows = np.concatenate([calibration, holdout, evenly_spaced(
-        calibration_episodes.observations, GREEDY_ROWS)])
-    model = fp32 if precision == "fp32" else build(precision, rows)
-    candidate = Policy(model)
-    check = check_export(reference, candidate, holdout, config.env, verify_episodes)
-    default_name = "policy-tflm.cc" if tflm else f"policy-{precision}.tflite"
-    path = Path(output) if output else run_dir / default_name
-    if check.failures and not force:
-        raise ExportRefused(f"{precision} policy refused, nothing written: "
-                            f"{'; '.join(check.failures)} (--force writes it anyway)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if tflm:
-        from edge_rl.converters.tflm import write_tflm
+    def write(self, precision: str, output: str | None, force: bool = False) -> list[str]:
+        """The policy at `precision` ("tflm": int8 as C source for TFLite Micro), checked
+        and written to `output` (default: in the run folder); the report's lines."""
+        check_precision(precision)
+        tflm = precision == "tflm"  # int8 as C source for TFLite Micro (dense weights)
+        if tflm:
+            precision = "int8"
+        model = self.fp32 if precision == "fp32" else self.build(precision, self.rows)
+        candidate = Policy(model)
+        if self._reference_episodes is None and self.verify_episodes:
+            self._reference_episodes = evaluate(self.reference, self.config.env,
+                                                episodes=self.verify_episodes,
+                                                keep_observations=True)
+        check = check_export(self.reference, candidate, self.holdout, self.config.env,
+                             self.verify_episodes, self._reference_episodes)
+        default_name = "policy-tflm.cc" if tflm else f"policy-{precision}.tflite"
+        path = Path(output) if output else self.run_dir / default_name
+        if check.failures and not force:
+            raise ExportRefused(f"{precision} policy refused, nothing written: "
+                                f"{'; '.join(check.failures)} (--force writes it anyway)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if tflm:
+            from edge_rl.converters.tflm import write_tflm
 
-        try:
-            written = write_tflm(model, path)
-        except ValueError as err:  # an operator TFLite Micro lacks, or outputs that differ
-            raise UserError(f"cannot export for TFLite Micro: {_first_line(err)}") from None
-    else:
-        write_bytes(path, model)
-        written = [f"wrote {path}"]
-    lines = [*written, *check.lines]
-    if check.failures:
-        lines.append(f"warning: written with --force although {'; '.join(check.failures)}")
-    if tflm:
+            try:
+                written = write_tflm(model, path)
+            except ValueError as err:  # an operator TFLite Micro lacks, or outputs that differ
+                raise UserError(f"cannot export for TFLite Micro: {_first_line(err)}") from None
+        else:
+            write_bytes(path, model)
+            written = [f"wrote {path}"]
+        lines = [*written, *check.lines]
+        if check.failures:
+            lines.append(f"warning: written with --force although {'; '.join(check.failures)}")
+        if tflm:
+            return lines
+        return lines + self.size_lines(model, precision, path)
+
+    def size_lines(self, model: bytes, precision: str, path: Path) -> list[str]:
+        """The network's sparsity and FLOPs, and the file's sizes (its compact form written
+        beside it for sparse runs)."""
+        lines = sparsity_lines(self.learner)
+        summary = self.run_dir / "summary.json"
+        if summary.is_file():  # counted by the run over all its updates
+            networks = json.loads(summary.read_text()).get("networks")
+            if networks:
+                critic = networks["groups"].get("critic", {}).get("sparsity", "-")
+                lines.append(f"FLOPs vs dense: training {networks['train_flops_vs_dense']:.3f}, "
+                             f"inference {networks['inference_flops_vs_dense']:.3f}; critic "
+                             f"sparsity {critic}")
+        if precision == "edgetpu":
+            lines += edgetpu_lines(model, path)
+        fp32 = self.fp32
+        if self.config.is_sparse and precision != "edgetpu":  # the Edge TPU reads dense weights
+            # int8's sparse encoding is converted anew, its activation ranges the converter's
+            # own, not those of the file just checked: only the float precisions offer it
+            sparse_encoded = (None if precision == "int8"
+                              else self.build(precision, self.rows, sparse_encoding=True))
+            compact, how = smallest_loadable(model, sparse_encoded, precision)
+            compact_path = path.with_name(path.name + (".xz" if how.startswith("xz")
+                                                       else "-sparse"))
+            if compact is not model:
+                write_bytes(compact_path, compact)
+                lines.append(f"wrote {compact_path} ({how})")
+            lines.append(size_line(model, compact, how, fp32, precision))
+        else:
+            lines.append(f"size: {len(model)} bytes; dense fp32 {len(fp32)} bytes "
+                         f"({len(fp32) / len(model):.1f}x)")
         return lines
-    lines += sparsity_lines(learner)
-    summary = run_dir / "summary.json"
-    if summary.is_file():  # counted by the run over all its updates
-        networks = json.loads(summary.read_text()).get("networks")
-        if networks:
-            lines.append(f"FLOPs vs dense: training {networks['train_flops_vs_dense']:.3f}, "
-                         f"inference {networks['inference_flops_vs_dense']:.3f}; critic "
-                         f"sparsity {networks['groups'].get('critic', {}).get('sparsity', '-')}")
-    if precision == "edgetpu":
-        lines += edgetpu_lines(model, path)
-    if config.is_sparse and precision != "edgetpu":  # the Edge TPU reads dense weights only
-        # int8's sparse encoding is converted anew, its activation ranges the converter's
-        # own, not those of the file just checked: only the float precisions offer it
-        sparse_encoded = (None if precision == "int8"
-                          else build(precision, rows, sparse_encoding=True))
-        compact, how = smallest_loadable(model, sparse_encoded, precision)
-        compact_path = path.with_name(path.name + (".xz" if how.startswith("xz") else "-sparse"))
-        if compact is not model:
-            write_bytes(compact_path, compact)
-            lines.append(f"wrote {compact_path} ({how})")
-        lines.append(size_line(model, compact, how, fp32, precision))
-    else:
-        lines.append(f"size: {len(model)} bytes; dense fp32 {len(fp32)} bytes "
-                     f"({len(fp32) / len(model):.1f}x)")
-    return lines
 
 
 CALIBRATION_EPISODES = 5  # fp32 greedy episodes whose states join the calibration rows
@@ -147,11 +182,12 @@ class ExportCheck:
 
 
 def check_export(reference: Policy, candidate: Policy, holdout: np.ndarray, env_id: str,
-                 episodes: int) -> ExportCheck:
+                 episodes: int, reference_episodes: Any = None) -> ExportCheck:
     """The exported policy against fp32 of the same weights: greedy actions on the run's
     held-out observations (the tolerances), the same on the states of fp32's greedy episodes
     (reported: near-ties the policy meets itself), and the greedy returns of both over the
-    same reset seeds (`episodes` of them, the tolerance; 0 skips the episodes)."""
+    same reset seeds (`episodes` of them, the tolerance; 0 skips the episodes).
+    `reference_episodes`: fp32's EvalResult of those episodes, if already run."""
     from edge_rl.converters import compare_policies, verification_report
     from edge_rl.converters.verify import return_gap, tolerance_failures
 
@@ -159,7 +195,8 @@ def check_export(reference: Policy, candidate: Policy, holdout: np.ndarray, env_
     lines = [verification_report(comparison, candidate, reference)]
     failures = tolerance_failures(comparison)
     if episodes:
-        fp32_result = evaluate(reference, env_id, episodes=episodes, keep_observations=True)
+        fp32_result = reference_episodes or evaluate(reference, env_id, episodes=episodes,
+                                                     keep_observations=True)
         result = evaluate(candidate, env_id, episodes=episodes)
         on_greedy_states = compare_policies(reference, candidate, fp32_result.observations)
         lines.append("on the states of fp32's greedy episodes: " + verification_report(

@@ -112,6 +112,8 @@ class Learner:
         from edge_rl.device.policy import greedy_actions
 
         outputs = self.built.export_model(np.asarray(observations, np.float32), training=False)
+        if isinstance(outputs, (list, tuple)):  # two outputs (squashed_gaussian), as Policy does
+            outputs = tf.concat(outputs, axis=-1)
         low = high = None
         if self.action["kind"] == "continuous":
             low = np.asarray(self.action["low"], np.float32)

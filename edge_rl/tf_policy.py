@@ -150,6 +150,7 @@ class TFAgentsPolicy:
     """
 
     output_quantization = (0.0, 0)
+    output_step = 0.0
 
     def __init__(self, data: bytes, previous: Any = None):
         self.metadata, files = unpack_saved_policy(data)

@@ -129,21 +129,28 @@ def litert():
 
 @pytest.mark.parametrize("net", ["cartpole", "pendulum"])
 def test_int8_export_stores_int8_weights_and_int32_biases(net, request):
-    """Every layer but the first (float32, fed the raw observation) holds int8 weights."""
+    """Every layer but the first (float32, fed the raw observation) and the last (float32,
+    fed the dequantized last hidden activation) holds int8 weights."""
     model, _, _, files = request.getfixturevalue(net)
     int8 = files["int8"]
     assert weight_dtypes(int8) == {"int8", "float32"}
     assert bias_dtypes(int8) == {"int32", "float32"}
     flat = _read_model(int8)
     graph = flat.subgraphs[0]
-    first_layer, *rest = [op for op in graph.operators if _builtin(flat, op)
-                          == schema.BuiltinOperator.FULLY_CONNECTED]
+    first_layer, *middle, last_layer = [op for op in graph.operators if _builtin(flat, op)
+                                        == schema.BuiltinOperator.FULLY_CONNECTED]
     assert int(first_layer.inputs[0]) == int(graph.inputs[0])  # the raw observation
-    assert graph.tensors[int(first_layer.inputs[1])].type == schema.TensorType.FLOAT32
-    assert len(rest) == len([layer for layer in model.layers
-                             if isinstance(layer, tf.keras.layers.Dense)]) - 1
-    assert all(graph.tensors[int(op.inputs[1])].type == schema.TensorType.INT8 for op in rest)
-    assert len(int8) < len(files["fp16"]) < len(files["fp32"])
+    for op in (first_layer, last_layer):
+        assert graph.tensors[int(op.inputs[1])].type == schema.TensorType.FLOAT32
+    assert len(middle) == len([layer for layer in model.layers
+                               if isinstance(layer, tf.keras.layers.Dense)]) - 2 > 0
+    assert all(graph.tensors[int(op.inputs[1])].type == schema.TensorType.INT8 for op in middle)
+    # no int8 tensor after the last layer: the output is computed in float32
+    after = graph.operators[list(graph.operators).index(last_layer):]
+    assert all(graph.tensors[int(i)].type == schema.TensorType.FLOAT32
+               for op in after for i in op.outputs)
+    # float first and last layers: for the tiny CartPole net int8 is fp16's size
+    assert len(int8) < len(files["fp32"]) and len(files["fp16"]) < len(files["fp32"])
 
 
 @pytest.mark.parametrize("net", ["cartpole", "pendulum"])
@@ -242,8 +249,8 @@ def test_int8_continuous_actions_stay_within_a_few_output_steps(pendulum, litert
     candidate = Policy(files["int8"], runtime=litert)
     numbers = compare_policies(reference, candidate, test)
     step = numbers["output_step"]
-    assert 0.0 < step < 0.05  # about 4 / 255: the output spans [-2, 2]
-    assert step == pytest.approx(candidate.output_quantization[0])
+    # the float output stage's step before tanh, times the action's half-range (2)
+    assert step == pytest.approx(2.0 * candidate.output_step) and step > 0.0
     # Typical errors are about one output step; rounding in the hidden layers adds up to a few
     # more on the worst of 2000 observations (5.9 steps with these seeds).
     assert numbers["mean_action_error"] <= 2 * step + 1e-3, numbers
@@ -259,7 +266,7 @@ def test_int8_discrete_greedy_actions_agree_with_fp32(cartpole, litert):
     numbers = compare_policies(reference, candidate, test)
     assert numbers["n"] == len(test)
     assert numbers["agreement"] >= 0.95, numbers
-    assert candidate.output_quantization[0] > 0.0
+    assert candidate.output_step > 0.0
     assert "agree" in verification_report(numbers, candidate, reference)
 
 

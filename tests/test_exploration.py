@@ -76,3 +76,53 @@ def test_sac_sampling_matches_tf_agents_distribution():
     np.testing.assert_allclose(device.mean(axis=0), tf_samples.mean(axis=0), atol=0.01)
     np.testing.assert_allclose(device.std(axis=0), tf_samples.std(axis=0), atol=0.01)
     assert device.min(axis=0)[1] >= 0.0 and device.max(axis=0)[0] <= 2.0
+
+
+def test_a_sac_file_outputs_the_greedy_action_first_and_actors_sample_its_second_output():
+    """Output 0 of an exported SAC file is the greedy action in the env's units, for any
+    TFLite runtime; the actor's explorer samples the Gaussian of output 1, as TF-Agents does."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edge_rl.agents.networks import (
+        SquashedGaussianActor,
+        export_model,
+        squashed_gaussian_outputs,
+    )
+    from edge_rl.agents.specs import tf_specs
+    from edge_rl.converters import convert
+    from edge_rl.device import Policy
+    from edge_rl.tf_setup import tf
+
+    low, high = np.asarray([-2.0, 0.0], np.float32), np.asarray([2.0, 1.0], np.float32)
+    action = {"kind": "continuous", "shape": [2], "low": low.tolist(), "high": high.tolist()}
+    time_step_spec, action_spec = tf_specs((3,), action)
+    actor = SquashedGaussianActor(time_step_spec.observation, action_spec, (16,))
+    actor.create_variables(time_step_spec.observation)
+    actor.head.set_weights([np.zeros((16, 4), np.float32),
+                            np.asarray([0.4, -1.2, np.log(0.5), np.log(1.5)], np.float32)])
+    model = export_model((3,), [*actor.hidden_layers, actor.head],
+                         squashed_gaussian_outputs(action_spec))
+    meta = PolicyMetadata(env_id="Test-v0", algo="sac", precision="fp32",
+                          output="squashed_gaussian", observation_shape=(3,), action=action)
+    flat = convert(model, "fp32", None, meta)
+    observation = np.asarray([[0.3, -1.0, 2.0]], np.float32)
+
+    interpreter = Interpreter(model_content=flat)  # no edge-rl code between
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], observation)
+    interpreter.invoke()
+    first = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    mode = low + (np.tanh([0.4, -1.2]) + 1.0) * 0.5 * (high - low)
+    np.testing.assert_allclose(first[0], mode, rtol=1e-5)
+
+    policy = Policy(flat)
+    np.testing.assert_allclose(policy.act(observation)[0], mode, rtol=1e-5)
+    explorer = Explorer(ExplorationSettings(kind="sac"), meta, np.random.default_rng(0))
+    outputs = policy.outputs(np.repeat(observation, 50_000, axis=0))
+    actions, greedy = explorer(outputs, policy.greedy(outputs))
+    distribution, _ = actor(tf.constant(observation))
+    tf.random.set_seed(0)
+    tf_samples = distribution.sample(50_000).numpy().reshape(-1, 2)
+    np.testing.assert_allclose(actions.mean(axis=0), tf_samples.mean(axis=0), atol=0.015)
+    np.testing.assert_allclose(actions.std(axis=0), tf_samples.std(axis=0), atol=0.015)
+    np.testing.assert_allclose(greedy, np.repeat(mode[None], 50_000, axis=0), rtol=1e-5)

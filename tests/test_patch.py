@@ -45,8 +45,12 @@ def train_a_little(layers, rng: np.random.Generator) -> None:
                                             ("td3", "fp16"), ("dqn", "fp32")])
 def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch):
     # The converter's activation ranges are the calibrated values' min and max: so are the
-    # patcher's when it covers all of them (it clips the rarest 0.1% by default).
+    # patcher's when it covers all of them (it clips the rarest 0.1% by default); and the
+    # converter keeps the rounded weights' mean error and one range for units of any width,
+    # which the patcher corrects and balances by default.
     monkeypatch.setattr(patch, "COVERED_PERCENTILE", 100.0)
+    monkeypatch.setattr(patch, "BIAS_CORRECTION", False)
+    monkeypatch.setattr(patch, "BALANCE_FIRST_ACTIVATION", False)
     model, meta = exported_network(algo)
     meta = replace(meta, precision=precision)
     calibration = recorded_observations(CASES[algo], 500, seed=1)
@@ -64,7 +68,7 @@ def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch)
         assert patched.metadata == new_meta  # raw observations in: no input scales
         gap = np.abs(patched.outputs(test) - fresh.outputs(test)).max()
         if precision == "int8":
-            step = fresh.output_quantization[0]
+            step = fresh.output_step
             assert step > 0
             assert gap <= step * 1.001 + 1e-6, f"{gap} is more than one output step {step}"
         else:
@@ -98,3 +102,19 @@ def test_activation_ranges_leave_the_rarest_values_out():
     values = np.concatenate([np.linspace(0.0, 1.0, 1999), [50.0]])
     low, high = covered_range(values)
     assert low == pytest.approx(0.001, abs=1e-3) and 0.99 < high < 1.1
+
+
+def test_bias_correction_removes_the_rounded_weights_mean_error():
+    rng = np.random.default_rng(3)
+    kernel = rng.normal(size=(64, 16)).astype(np.float32)  # [inputs, units]
+    bias = rng.normal(size=16).astype(np.float32)
+    inputs = np.maximum(rng.normal(0.5, 1.0, size=(2000, 64)), 0.0)  # ReLU outputs
+    q_weight, scale = patch.symmetric_int8(kernel.T, per_channel=True)
+    rounded = (q_weight * scale.reshape(-1, 1)).T.astype(np.float64)
+    exact = inputs @ kernel + bias
+    plain = inputs @ rounded + bias
+    corrected = inputs @ rounded + patch.corrected_bias(kernel, bias, q_weight, scale,
+                                                         inputs.mean(axis=0))
+    mean_error = np.abs((plain - exact).mean(axis=0))
+    assert mean_error.max() > 0.01  # rounding 64 weights leaves a mean error worth correcting
+    assert np.abs((corrected - exact).mean(axis=0)).max() < 1e-4 * mean_error.max() + 1e-5

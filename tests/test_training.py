@@ -125,7 +125,7 @@ def test_continuous_control_beats_minus_400_on_pendulum(algo, precision, tmp_pat
     # 1000 warm-up steps) by at most max_update_lag plus the batches actors may have in flight
     assert summary["updates"] >= summary["steps"] - 1000 - 2000 - 4 * 64 - 64
     policy = load_policy(out / "policy.tflite")
-    assert policy.metadata.output == ("mean_log_std" if algo == "sac" else "action")
+    assert policy.metadata.output == ("squashed_gaussian" if algo == "sac" else "action")
     actor_log = (out / "logs" / "actor-0.log").read_text()
     if precision == "int8":
         assert "int8" in weight_dtypes(policy.model)

@@ -281,7 +281,7 @@ def compare_actions(root: Path, policy_file: Path, name: str) -> str:
         # check, 99% must match where x86's best action leads by more than two output steps
         from edge_rl.converters.verify import decisive_rows
 
-        decisive = decisive_rows(policy.outputs(observations), policy.output_quantization[0])
+        decisive = decisive_rows(policy.outputs(observations), policy.output_step)
         same = float(np.mean(arm[decisive] == x86[decisive])) if decisive.any() else 1.0
         line = (f"{name}: arm64 and x86 greedy actions identical on {np.mean(arm == x86):.2%} "
                 f"of {len(x86)}, on {same:.2%} of the {int(decisive.sum())} where x86's best "
@@ -296,16 +296,21 @@ def compare_actions(root: Path, policy_file: Path, name: str) -> str:
         # arm64's and x86's int8 kernels also round some hidden activations one level apart,
         # which now and then carries to the output as a little more than one step; so, as for
         # discrete actions, 99% must be within one step (and none beyond two).
+        # A float output stage (edge_rl.converters.flatbuffer) has no tanh or output step:
+        # there one level of the last int8 activation moves the pre-tanh value by at most
+        # Policy.output_step, and tanh's slope is at most 1.
         half_range = float(np.max(0.5 * (policy.high - policy.low)))
         output_step = policy.output_quantization[0]
-        step = half_range / 128 + output_step
+        if output_step:
+            step = half_range / 128 + output_step
+        else:
+            step = half_range * policy.output_step
         difference = np.abs(arm.astype(np.float64) - x86).max(axis=-1)
         within = float(np.mean(difference <= step * 1.001 + 1e-6))
         worst = float(difference.max())
         line = (f"{name}: arm64 and x86 actions identical on {np.mean(difference == 0):.2%} "
                 f"and within one action step on {within:.2%} of {len(x86)} observations, at "
-                f"most {worst:.3g} apart (one action step: tanh's {half_range / 128:.3g} + "
-                f"the output's {output_step:.3g})")
+                f"most {worst:.3g} apart (one action step: {step:.3g})")
         if within < 0.99 or worst > 2 * step:
             raise CheckFailed(line + " (needs >= 99% within one step, none beyond two)")
     return line + f"; arm64 runtime {done.stdout.strip().splitlines()[-1]}"

@@ -35,7 +35,7 @@ class BuiltAgent:
 
     agent: Any  # tf_agents.agents.TFAgent
     export_model: Any  # tf.keras.Model: observations -> the output actors act on
-    output_kind: str  # "q_values" | "action" | "mean_log_std" (see device.policy_file)
+    output_kind: str  # "q_values" | "action" | "squashed_gaussian" (see device.policy_file)
     optimizers: dict[str, Any]  # checkpointed with the agent
     actor_network: Any  # the network whose weights the exported model shares
     groups: list[SparseGroup] = field(default_factory=list)

@@ -140,6 +140,23 @@ class SquashedGaussianActor(network.DistributionNetwork):
         return self.output_spec.build_distribution(loc=mean, scale_diag=std), network_state
 
 
+def squashed_gaussian_outputs(action_spec):
+    """SAC's exported outputs from its head's [mean, log-std]: first the greedy action in the
+    env's units (tanh of the mean, scaled to the bounds), which any runtime can apply as it
+    is; then the head itself, from which actors sample."""
+    low = tf.constant(action_spec.minimum, tf.float32)
+    high = tf.constant(action_spec.maximum, tf.float32)
+    dim = action_spec.shape.num_elements()
+
+    def outputs(mean_log_std):
+        action = tf.keras.layers.Lambda(
+            lambda x: low + (tf.tanh(x[..., :dim]) + 1.0) * 0.5 * (high - low),
+            name="greedy_action")(mean_log_std)
+        return [action, mean_log_std]
+
+    return outputs
+
+
 def export_model(observation_shape: tuple[int, ...], layers: list, transform=None):
     """A functional Keras model through `layers` (shared, not copied), for the converter.
 

@@ -6,7 +6,13 @@ import numpy as np
 from tf_agents.agents.sac import sac_agent
 
 from edge_rl.agents.base import BuiltAgent, SparseGroup
-from edge_rl.agents.networks import SquashedGaussianActor, critic, export_model, mlp_shapes
+from edge_rl.agents.networks import (
+    SquashedGaussianActor,
+    critic,
+    export_model,
+    mlp_shapes,
+    squashed_gaussian_outputs,
+)
 from edge_rl.agents.specs import tf_specs
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
@@ -78,7 +84,8 @@ class SAC:
             }
 
         layers = [*actor.hidden_layers, actor.head]
-        return BuiltAgent(agent, export_model(observation_shape, layers), "mean_log_std",
+        model = export_model(observation_shape, layers, squashed_gaussian_outputs(action_spec))
+        return BuiltAgent(agent, model, "squashed_gaussian",
                           optimizers, actor, groups, losses)
 
     def layer_shapes(self, observation_shape, action, hidden):
