@@ -104,14 +104,10 @@ def float_input_layer(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray) 
         raise ValueError("the network does not start with QUANTIZE and FULLY_CONNECTED")
     quantize, first = ops[0], ops[1]
     hidden = int(first.outputs[0])
-    float_hidden = _activation_like(graph.tensors[hidden], b"_float")
-    weights = _constant(model, "input_layer/kernel", np.asarray(kernel, np.float32).T)
-    biases = _constant(model, "input_layer/bias", np.asarray(bias, np.float32))
-    graph.tensors += [float_hidden, weights, biases]
-    n = len(graph.tensors)
-    first.inputs = np.array([observation, n - 2, n - 1], np.int32)
-    first.outputs = np.array([n - 3], np.int32)
-    quantize.inputs = np.array([n - 3], np.int32)
+    float_hidden, weights, biases = _float_layer(model, hidden, "input_layer", kernel, bias)
+    first.inputs = np.array([observation, weights, biases], np.int32)
+    first.outputs = np.array([float_hidden], np.int32)
+    quantize.inputs = np.array([float_hidden], np.int32)
     quantize.outputs = np.array([hidden], np.int32)
     graph.operators = [first, quantize, *ops[2:]]
     return write_model(model)
@@ -150,16 +146,12 @@ def float_output_stage(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray)
         raise ValueError(f"a kernel of shape {np.asarray(kernel).shape} for a last layer of "
                          f"shape {tuple(units)[::-1]}")
     hidden = int(last.inputs[0])
-    float_hidden = _activation_like(graph.tensors[hidden], b"_dequantized")
-    weights = _constant(model, "output_layer/kernel", np.asarray(kernel, np.float32).T)
-    biases = _constant(model, "output_layer/bias", np.asarray(bias, np.float32))
-    graph.tensors += [float_hidden, weights, biases]
-    n = len(graph.tensors)
+    float_hidden, weights, biases = _float_layer(model, hidden, "output_layer", kernel, bias)
     dequantize = schema.OperatorT()
     dequantize.opcodeIndex = _opcode_index(model, _OP.DEQUANTIZE)
     dequantize.inputs = np.array([hidden], np.int32)
-    dequantize.outputs = np.array([n - 3], np.int32)
-    last.inputs = np.array([n - 3, n - 2, n - 1], np.int32)
+    dequantize.outputs = np.array([float_hidden], np.int32)
+    last.inputs = np.array([float_hidden, weights, biases], np.int32)
     kept = [*ops[:last_at], dequantize, last]
     alias: dict[int, int] = {}  # a dropped (DE)QUANTIZE's input -> its output
     for op in ops[last_at:]:
@@ -177,6 +169,20 @@ def float_output_stage(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray)
         op.outputs = np.array([alias.get(int(i), int(i)) for i in op.outputs], np.int32)
     graph.operators = kept
     return write_model(model)
+
+
+def _float_layer(model: Any, hidden: int, name: str, kernel: np.ndarray, bias: np.ndarray
+                 ) -> tuple[int, int, int]:
+    """New tensors for a float32 Dense layer beside int8 activation `hidden`: (a float32
+    activation of its shape, the kernel [features, units] stored transposed, the bias)."""
+    graph = model.subgraphs[0]
+    graph.tensors += [
+        _activation_like(graph.tensors[hidden], f"_{name}".encode()),
+        _constant(model, f"{name}/kernel", np.asarray(kernel, np.float32).T),
+        _constant(model, f"{name}/bias", np.asarray(bias, np.float32)),
+    ]
+    n = len(graph.tensors)
+    return n - 3, n - 2, n - 1
 
 
 def _activation_like(tensor: Any, suffix: bytes) -> Any:
