@@ -54,17 +54,27 @@ def test_eval_of_the_exported_policy_confirms_the_return(dqn_run):
 
 def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_path):
     out, _ = dqn_run
-    result = edge_rl("export", out, "--int8", "-o", tmp_path / "p8.tflite",
-                     "--verify-episodes", "3")
-    assert result.returncode == 0, result.stderr
+    target = tmp_path / "p8.tflite"
+    result = edge_rl("export", out, "--int8", "-o", target, "--verify-episodes", "3")
+    if result.returncode:  # refused: one line naming the gap, nothing written
+        assert result.returncode == 1, result.stderr
+        complaint = result.stderr.strip().splitlines()[-1]
+        assert complaint.startswith("edge-rl: error: int8 policy refused, nothing written: ")
+        assert "Traceback" not in result.stderr and not target.exists()
+        result = edge_rl("export", out, "--int8", "-o", target, "--verify-episodes", "3",
+                         "--force")
+        assert result.returncode == 0, result.stderr
+        assert "warning: written with --force" in result.stdout
     agreement = float(result.stdout.split("agree on ")[1].split("%")[0])
     decisive = float(result.stdout.split("and on ")[1].split("%")[0])
-    # int8 flips mostly near-ties. Measured on this seed-2 run: 91.5% overall and 98.4% where
-    # fp32's best action leads by more than two output steps (seed 0 gave 97.5% and 99.9%)
-    assert agreement >= 88.0, result.stdout
-    assert decisive >= 97.0, result.stdout
+    # int8 flips near-ties: a DQN CartPole network's Q-value gap moves by about 0.1 to 0.2
+    # with int8 rounding, and 5% of its states have gaps under 0.09. Where fp32's best action
+    # leads by more than two output steps the two must agree (this seed-2 run: 95.4% overall,
+    # 99.3% there).
+    assert agreement >= 90.0, result.stdout
+    assert decisive >= 99.0, result.stdout
     assert "greedy return (int8)" in result.stdout
-    assert "int8" in weight_dtypes((tmp_path / "p8.tflite").read_bytes())
+    assert "int8" in weight_dtypes(target.read_bytes())
 
     result = edge_rl("export", out, "--fp16", "-o", tmp_path / "p16.tflite",
                      "--verify-episodes", "0")
