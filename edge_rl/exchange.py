@@ -126,6 +126,10 @@ class ActorRecord:
     gone: bool = False
 
 
+class LearnerStopping(RuntimeError):
+    """A batch offered once the learner has stopped taking them."""
+
+
 class Exchange:
     """Accepted batches for the learner, the ledger, the newest policy and the actor table."""
 
@@ -230,6 +234,8 @@ class Exchange:
                 return None, True
             if key in self._pending:
                 return self._pending[key], True
+            if self.stopping.is_set():  # not logged: the actor keeps it for the next session
+                raise LearnerStopping("the learner is stopping")
             batch.log_position = self.log.append(payload)
             self._pending[key] = batch
             self.batches.put(batch)
@@ -240,6 +246,13 @@ class Exchange:
         with self._lock:
             self.ledger.add(batch.actor_id, batch.seq)
             self._pending.pop((batch.actor_id, batch.seq), None)
+
+    def stop_taking(self) -> None:
+        """From now on no batch is accepted (`submit` raises LearnerStopping). Under the lock
+        that `submit` logs under: a batch is either in the log before the final checkpoint or
+        refused, so the checkpoint, the summary and a resumed run count the same steps."""
+        with self._lock:
+            self.stopping.set()
 
     def drop_pending(self) -> None:
         """Forget batches the learner will not insert (it is stopping); actors keep them, and

@@ -38,7 +38,7 @@ from edge_rl.device.wire import (
     policy_chunks,
     validate_batch,
 )
-from edge_rl.exchange import Exchange, PendingBatch, replay_key
+from edge_rl.exchange import Exchange, LearnerStopping, PendingBatch, replay_key
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +154,14 @@ class LearnerService:
             costs = batch_costs(batch)
         except BatchError as err:
             self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        pending, duplicate = self.exchange.submit(PendingBatch(
-            replay_key(batch.actor_id, batch.incarnation), batch.actor_id, batch.seq,
-            transitions, list(batch.episode_returns), batch.env_steps, batch.policy_version,
-            costs,
-        ), request.batch)
+        try:
+            pending, duplicate = self.exchange.submit(PendingBatch(
+                replay_key(batch.actor_id, batch.incarnation), batch.actor_id, batch.seq,
+                transitions, list(batch.episode_returns), batch.env_steps, batch.policy_version,
+                costs,
+            ), request.batch)
+        except LearnerStopping:  # nothing new goes in: the actor keeps it
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
         if pending is not None:
             while not pending.acked.wait(timeout=0.5):
                 if self.exchange.stopping.is_set():

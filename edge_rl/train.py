@@ -416,10 +416,12 @@ class Training:
             signal.signal(signal.SIGTERM, previous_sigterm)
             signal.signal(signal.SIGINT, previous_sigint)
             bar.close()
-            # What is in replay is in the log too, and will be in the final checkpoint: ack it
-            # all. Batches still queued are not acked: their actors keep them.
+            # No batch goes into the log from now on: the final checkpoint holds all the log
+            # has, less batches still queued (not acked: their actors keep them, and the
+            # log's copy goes into replay on --resume). What is in replay is in the log too,
+            # and will be in the final checkpoint: ack it all.
+            self.exchange.stop_taking()
             self.ingest.release_all()
-            self.exchange.stopping.set()
             # Keep serving a little: the acks just released go out, and each actor's next
             # heartbeat (once a second) hears that the run is over.
             self.exchange.wait_for_goodbyes(timeout=5.0)

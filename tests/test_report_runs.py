@@ -56,8 +56,10 @@ def test_report_of_fp32_and_int8_runs_matches_their_summaries(runs, tmp_path):
     energy = {p: s["energy"]["kwh"] for p, s in summaries.items()}
     assert found["Costs"]["dqn int8 dense"]["energy: baseline / this"] == \
         f"{energy['fp32'] / energy['int8']:.2f}×"
-    # an int8 policy is about a quarter of an fp32 one on the wire
-    assert summaries["int8"]["policy_bytes"] < summaries["fp32"]["policy_bytes"] / 2
+    # int8 weights are a quarter of fp32's, but an int8 file keeps its first and last layers
+    # in float32: for this 4-64-64-2 net about half of the fp32 file's bytes on the wire
+    # (11,128 against 21,584 bytes; the 64x64 layer holds 4,096 of its 4,480 weights)
+    assert summaries["int8"]["policy_bytes"] < 0.6 * summaries["fp32"]["policy_bytes"]
 
 
 def test_lockstep_runs_are_reproducible_and_a_saved_config_reruns_them(runs, tmp_path):

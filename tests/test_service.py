@@ -19,7 +19,7 @@ from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.link import Link
 from edge_rl.device.spool import Spool, read_acked
 from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, BatchCosts, encode_batch
-from edge_rl.exchange import Exchange, Ledger
+from edge_rl.exchange import Exchange, LearnerStopping, Ledger, PendingBatch
 from edge_rl.replay_log import ReplayLog
 from edge_rl.server import LearnerService, RunInfo, start_server
 
@@ -113,6 +113,25 @@ def test_duplicates_are_acked_but_inserted_once(service):
     assert ("actor-a", 0) in exchange.ledger and ("actor-a", 1) in exchange.ledger
     assert exchange.ledger.next_seq("actor-a") == 2
     assert client.hello().next_seq == 2  # a restarted actor continues its numbering
+
+
+def test_a_stopped_learner_refuses_a_batch_without_logging_it(service):
+    """Once the learner stops taking batches, none reaches the replay log: its final
+    checkpoint, its summary and a resumed run count the same env steps."""
+    client, exchange, port = service
+    client.hello()
+    assert not insert_raw(port, batch_bytes(0)).duplicate
+    logged = exchange.log.bytes_written
+    exchange.stop_taking()
+    with pytest.raises(grpc.RpcError) as info:
+        insert_raw(port, batch_bytes(1))
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "stopping" in info.value.details()
+    # and the Exchange itself, for a request that passed the service's check just before
+    with pytest.raises(LearnerStopping):
+        exchange.submit(PendingBatch(1, "actor-a", 1, transitions(), [], 5), b"payload")
+    assert exchange.log.bytes_written == logged
+    assert ("actor-a", 1) not in exchange.ledger and exchange.batches.empty()
 
 
 def test_policies_larger_than_a_message_arrive_whole(service):
