@@ -42,11 +42,14 @@ CASES = {
     "d4pg-pendulum": ("--algo", "d4pg", *PENDULUM, *D4PG_SUPPORT, "--seed", "7"),
     "d4pg-pendulum-sparse": ("--algo", "d4pg", *PENDULUM, *D4PG_SUPPORT, *SPARSE, "--seed", "8"),
 }
-# Trained by the test itself, every time: runs as a user's are, free-running and new.
+# Trained by the test itself, every time: runs as a user's are, free-running and new. Both
+# continuous: a DQN CartPole int8 file agrees with fp32 on 95% to 100% of held-out states
+# (int8 rounding flips near-ties), on both sides of the export's 97% line, so a new DQN run
+# would pass or be refused by chance (8k-step runs: 99.45, 100, 99.25, 99.15 and once 96.3%).
+# The shipped DQN cases are fixed data; test_training exports a lockstep DQN run.
 FREE_RUNNING = {
-    "free-dqn-cartpole": ("--algo", "dqn", "--env", "CartPole-v1", "--steps", "8000",
-                          "--seed", "11"),
     "free-td3-pendulum": ("--algo", "td3", *PENDULUM[:-2], "--steps", "6000", "--seed", "12"),
+    "free-sac-pendulum": ("--algo", "sac", *PENDULUM[:-2], "--steps", "6000", "--seed", "13"),
 }
 EVALUATION = ("--eval-every", "2500", "--eval-episodes", "5")
 KEPT = ("config.json", "best")  # what `edge-rl export` reads of a run
