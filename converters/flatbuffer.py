@@ -34,6 +34,8 @@ TYPE_NAMES = {
     for name, value in vars(schema.TensorType).items()
     if not name.startswith("_") and isinstance(value, int)
 }
+# Ops whose int8 output has a range of its own (not their input's)
+_REQUANTIZING = (_OP.FULLY_CONNECTED, _OP.ADD, _OP.SUB, _OP.MUL)
 # tanh(x) is within half of the int8 output step (1/128) of +-1 beyond this input
 TANH_INPUT_LIMIT = math.atanh(1.0 - 1.0 / 256.0)
 
@@ -253,6 +255,7 @@ def bounded_ranges(model: Any) -> dict[int, tuple[float, float]]:
     its input, and the chain of elementwise ops with a constant operand after it."""
     graph = model.subgraphs[0]
     consumers: dict[int, list] = {}
+    producers = {int(out): op for op in graph.operators for out in op.outputs}
     for op in graph.operators:
         for index in op.inputs:
             consumers.setdefault(int(index), []).append(op)
@@ -261,7 +264,10 @@ def bounded_ranges(model: Any) -> dict[int, tuple[float, float]]:
         if builtin(model, op) != _OP.TANH or not _is_int8(graph, int(op.outputs[0])):
             continue
         pre = int(op.inputs[0])
-        if len(consumers.get(pre, [])) == 1 and pre not in graph.inputs:
+        # only an op that requantizes its output may take another range: a slice or a
+        # reshape before the TANH (SAC's head) keeps its input's, or kernels refuse it
+        if len(consumers.get(pre, [])) == 1 and pre in producers \
+                and builtin(model, producers[pre]) in _REQUANTIZING:
             ranges[pre] = (-TANH_INPUT_LIMIT, TANH_INPUT_LIMIT)
         tensor, low, high = int(op.outputs[0]), -1.0, 1.0
         while len(consumers.get(tensor, [])) == 1:

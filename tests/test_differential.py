@@ -221,3 +221,16 @@ def test_tflm_export_writes_c_source(case, exports, tmp_path):
     assert (tmp_path / "policy.cc").is_file() and (tmp_path / "policy.h").is_file(), lines
     header = (tmp_path / "policy.h").read_text()
     assert "ARENA_SIZE" in header and "kTfLiteFloat32" in header
+
+
+def test_a_sac_file_for_the_edge_tpu_loads_and_holds_the_tolerances(exports, tmp_path):
+    """Two int8 outputs, the first through a slice of the head: the slice keeps its input's
+    quantization (LiteRT's kernels refuse one that does not)."""
+    from edge_rl.device import Policy
+
+    path = tmp_path / "sac-edgetpu.tflite"
+    exports.exporter("sac-pendulum").write("edgetpu", str(path))
+    policy = Policy(path.read_bytes())
+    rows = np.random.default_rng(0).uniform(-1, 1, (16, 3)).astype(np.float32)
+    actions = policy.act(rows)
+    assert actions.shape == (16, 1) and np.all(np.abs(actions) <= 2.0)
