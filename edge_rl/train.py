@@ -376,12 +376,15 @@ class Training:
                     result = self.evaluate_now()
                     if config.target_return is not None and result.mean >= config.target_return:
                         self.stop_reason = f"reached target return {config.target_return}"
-                        self.release_acks()
-                        break
+                        break  # the acks go out once no batch is taken (below)
                 if self.state.env_steps >= next_checkpoint:
                     next_checkpoint = next_multiple(self.state.env_steps, config.checkpoint_every)
                     self.checkpoint()
-                self.release_acks()
+                if self.state.env_steps < config.steps:
+                    # The last acks wait until no batch is taken any more (below): an actor
+                    # answered now would send its next batch into the log after the final
+                    # checkpoint, and a resumed run would count steps the summary does not.
+                    self.release_acks()
                 now = time.monotonic()
                 if now - last_log >= 2.0:
                     steps, updates = self.state.env_steps, self.learner.updates
