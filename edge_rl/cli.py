@@ -69,6 +69,9 @@ RUN_OPTIONS = [
                       "fp32 policy in TensorFlow (the framework baseline).  [default: int8]"),
     click.option("--publish-every", type=int,
                  help="Learner updates between broadcasts.  [default: 1000]"),
+    click.option("--max-update-lag", type=int,
+                 help="Updates the learner may trail the actors before their batches wait "
+                      "for acks.  [default: 2000]"),
     click.option("--seed", type=int, help="Random seed.  [default: 0]"),
     click.option("--out", help="Run directory.  [default: runs/ENV-ALGO-SEED]"),
     click.option("--target-return", type=float,

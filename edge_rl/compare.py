@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from edge_rl.config import TrainConfig
 from edge_rl.device.errors import UserError
+from edge_rl.stability import late_run_stability
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ class Run:
     sparsity: float
     seed: int | None
     summary: dict[str, Any]
+    loop: str = ""  # how the loop ran when not edge-rl's default (see loop_label)
 
     @property
     def evaluations(self) -> list[dict[str, Any]]:
@@ -56,18 +59,20 @@ class Setting:
     algo: str
     precision: str
     sparsity: float
+    loop: str
     runs: list[Run]
 
     @property
-    def key(self) -> tuple[str, str, float]:
+    def key(self) -> tuple[str, str, float, str]:
         """What names a baseline: the same key is looked up in every env."""
-        return (self.algo, self.precision, self.sparsity)
+        return (self.algo, self.precision, self.sparsity, self.loop)
 
     @property
     def name(self) -> str:
-        """'td3 int8 dense' or 'td3 int8 90% sparse': the label the tables use."""
+        """'td3 int8 dense', 'td3 int8 90% sparse' or 'dqn int8 dense lockstep': the label the
+        tables use."""
         sparsity = "dense" if self.sparsity == 0 else f"{round(self.sparsity * 100, 1):g}% sparse"
-        return f"{self.algo} {self.precision} {sparsity}"
+        return " ".join(filter(None, (self.algo, self.precision, sparsity, self.loop)))
 
     @property
     def label(self) -> str:
@@ -78,6 +83,12 @@ class Setting:
 
     def final_scores(self) -> list[float]:
         return [run.final_score for run in self.runs]
+
+    def stabilities(self) -> list[float]:
+        """Each seed's late-run stability (edge_rl.stability), where it has one."""
+        found = [late_run_stability([e["mean"] for e in run.evaluations])
+                 for run in self.runs]
+        return [s["fraction"] for s in found if s is not None and s["fraction"] is not None]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -107,20 +118,35 @@ def load_run(run_dir: Path) -> Run:
     return Run(path=run_dir, env=env, algo=algo,
                precision=str(pick("precision", "actor_precision", "unknown")),
                sparsity=float(pick("sparsity", "sparsity", 0.0) or 0.0),
-               seed=None if seed is None else int(seed), summary=summary)
+               seed=None if seed is None else int(seed), summary=summary,
+               loop="sync reference" if summary.get("loop") == "sync-reference"
+               else loop_label(config))
+
+
+def loop_label(config: dict[str, Any]) -> str:
+    """'' for edge-rl's default loop; 'lockstep', or 'publish 250/lag 500' when the run's
+    broadcast interval or update lag differ from the defaults (the staleness ablations)."""
+    if config.get("lockstep"):
+        return "lockstep"
+    defaults = TrainConfig()
+    every = config.get("publish_every", defaults.publish_every)
+    lag = config.get("max_update_lag", defaults.max_update_lag)
+    if (every, lag) == (defaults.publish_every, defaults.max_update_lag):
+        return ""
+    return f"publish {every}/lag {lag}"
 
 
 def group_settings(runs: list[Run]) -> list[Setting]:
     """Groups runs into settings, sorted by env, algo, precision (fp32 first), sparsity."""
     settings: dict[tuple, Setting] = {}
     for run in runs:
-        key = (run.env, run.algo, run.precision, run.sparsity)
+        key = (run.env, run.algo, run.precision, run.sparsity, run.loop)
         settings.setdefault(key, Setting(*key, runs=[])).runs.append(run)
     for setting in settings.values():
         setting.runs.sort(key=lambda run: (run.seed is None, run.seed or 0, str(run.path)))
     return sorted(settings.values(), key=lambda s: (
         s.env, s.algo, PRECISION_ORDER.get(s.precision, len(PRECISION_ORDER)), s.precision,
-        s.sparsity))
+        s.sparsity, s.loop))
 
 
 def time_to_threshold(evaluations: list[dict[str, Any]],
@@ -137,11 +163,12 @@ def default_threshold(best_final_score: float) -> float:
     return best_final_score - THRESHOLD_MARGIN * abs(best_final_score)
 
 
-def resolve_baseline(baseline: str, settings: list[Setting]) -> tuple[str, str, float]:
-    """The (algo, precision, sparsity) that `baseline`, a run directory or a label, names."""
+def resolve_baseline(baseline: str, settings: list[Setting]) -> tuple[str, str, float, str]:
+    """The (algo, precision, sparsity, loop) that `baseline`, a run directory or a label,
+    names."""
     if Path(baseline).is_dir():
         run = load_run(Path(baseline))
-        key = (run.algo, run.precision, run.sparsity)
+        key = (run.algo, run.precision, run.sparsity, run.loop)
         if not any(setting.key == key for setting in settings):
             raise UserError(f"baseline {baseline} is a run of none of this report's settings")
         return key
@@ -154,12 +181,13 @@ def resolve_baseline(baseline: str, settings: list[Setting]) -> tuple[str, str, 
 
 
 def baseline_of(setting: Setting, env_settings: list[Setting],
-                baseline_key: tuple[str, str, float] | None) -> Setting | None:
-    """What `setting` is compared with in its env: the chosen baseline, else fp32 dense."""
+                baseline_key: tuple[str, str, float, str] | None) -> Setting | None:
+    """What `setting` is compared with in its env: the chosen baseline, else fp32 dense run
+    the same way (same loop)."""
     for candidate in env_settings:
         if baseline_key is None:
-            if (candidate.algo, candidate.precision, candidate.sparsity) == (
-                    setting.algo, "fp32", 0.0):
+            if (candidate.algo, candidate.precision, candidate.sparsity, candidate.loop) == (
+                    setting.algo, "fp32", 0.0, setting.loop):
                 return candidate
         elif candidate.key == baseline_key:
             return candidate

@@ -159,6 +159,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if self.max_update_lag < 0:
+            raise UserError("--max-update-lag must not be negative")
         if self.lockstep and self.actors != 1:
             raise UserError("--lockstep runs exactly one actor (drop --actors or set it to 1)")
         if not 0.0 < self.gamma <= 1.0:

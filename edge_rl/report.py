@@ -175,10 +175,19 @@ def results_table(settings: list[Setting], threshold: float, baselines: dict) ->
             against = _difference(baseline.final_scores(), scores)
         seed_list = ", ".join(run.seed_text for run in setting.runs)
         rows.append([setting.name, f"{seeds} ({seed_list})", seconds, steps, speed_up, final,
-                     against])
+                     against, _stability(setting.stabilities())])
     return markdown_table(["setting", "seeds", "time to threshold (s)", "env steps to threshold",
                            "speed-up vs baseline", "final score",
-                           "final score vs baseline (95% CI)"], rows)
+                           "final score vs baseline (95% CI)", "late-run stability"], rows)
+
+
+def _stability(fractions: list[float]) -> str:
+    """'0.92 (lowest 0.78)': the mean over seeds of the share of evaluations that stayed
+    within 5% of the best after first reaching it, and the worst seed's."""
+    if not fractions:
+        return "-"
+    text = f"{np.mean(fractions):.2f}"
+    return text + (f" (lowest {min(fractions):.2f})" if len(fractions) > 1 else "")
 
 
 def _difference(baseline_scores: list[float], scores: list[float]) -> str:
@@ -235,7 +244,7 @@ def time_table(settings: list[Setting]) -> list[str]:
 
 
 def env_section(settings: list[Setting], threshold: float, threshold_note: str,
-                baseline_key: tuple[str, str, float] | None, images: list[Path]) -> list[str]:
+                baseline_key: tuple[str, str, float, str] | None, images: list[Path]) -> list[str]:
     """One env's part of report.md: threshold, baseline, plots and three tables."""
     baselines = {setting.name: baseline_of(setting, settings, baseline_key)
                  for setting in settings}
@@ -286,7 +295,9 @@ def build_report(run_dirs: list[Path], out_dir: Path, threshold: float | None = 
              "precision, sparsity); its seeds are averaged. Time to threshold is the first "
              "greedy evaluation whose mean return reaches the env's threshold: by default 95% "
              "of the best setting's final score, computed as best − 5% × |best| so that it "
-             "stays reachable when returns are negative.", "", "## Runs", ""]
+             "stays reachable when returns are negative. Late-run stability: of a seed's "
+             "evaluations after the first within 5% of its best, the share that stayed within "
+             "5% of it (1.00: once learned, it stayed learned).", "", "## Runs", ""]
     lines += markdown_table(["run", "setting", "seed"], [
         [str(run.path), setting.name, run.seed_text] for setting in settings
         for run in setting.runs])

@@ -47,6 +47,7 @@ from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
 from edge_rl.run_state import RunState, load_checkpoint, record_policy_version, save_checkpoint
 from edge_rl.server import LearnerService, RunInfo, start_server
+from edge_rl.stability import late_run_stability
 from edge_rl.summary import run_summary
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,9 @@ class Training:
         with self.writer.as_default(step=self.state.env_steps):
             self.tf.summary.scalar("eval/return_mean", result.mean)
             self.tf.summary.scalar("eval/return_std", result.std)
+            stability = late_run_stability([e["mean"] for e in self.state.evaluations])
+            if stability["fraction"] is not None:  # the share of later evaluations at the best
+                self.tf.summary.scalar("eval/late_run_stability", stability["fraction"])
         log.info("eval at %d steps: return %.1f ± %.1f (policy v%d)",
                  self.state.env_steps, result.mean, result.std, policy.version)
         return result

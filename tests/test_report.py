@@ -295,3 +295,26 @@ def test_importing_the_report_imports_neither_matplotlib_nor_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_loop_variants_are_settings_of_their_own_with_their_stability(tmp_path):
+    """Lockstep and staleness ablations (other publish interval / update lag) are reported
+    apart from the default loop, each with its late-run stability."""
+    swings = [100, 500, 91, 500, 230, 500, 500]  # 3 of the 5 after the first 500 at 500
+    steady = [100, 300, 500, 500, 499, 500, 500]
+    variants = {"default": ({}, swings), "lockstep": ({"lockstep": True}, steady),
+                "stale": ({"publish_every": 250, "max_update_lag": 500}, steady)}
+    dirs = []
+    for name, (config_changes, means) in variants.items():
+        run_dir = write_run(tmp_path / name, "cartpole-int8")
+        config = json.loads((run_dir / "config.json").read_text())
+        (run_dir / "config.json").write_text(json.dumps({**config, **config_changes}))
+        summary = json.loads((run_dir / "summary.json").read_text())
+        summary["evaluations"] = evaluations(8, means)
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        dirs.append(run_dir)
+    build_report(dirs, tmp_path / "report")
+    results = tables((tmp_path / "report" / "report.md").read_text(), "CartPole-v1")["Results"]
+    assert results["dqn int8 dense"]["late-run stability"] == "0.60"
+    assert results["dqn int8 dense lockstep"]["late-run stability"] == "1.00"
+    assert results["dqn int8 dense publish 250/lag 500"]["late-run stability"] == "1.00"

@@ -45,16 +45,16 @@ def test_report_of_fp32_and_int8_runs_matches_their_summaries(runs, tmp_path):
     reached = {p: first_reaching(s, THRESHOLD) for p, s in summaries.items()}
     assert all(reached.values()), reached
     for precision, summary in summaries.items():
-        row = found["Results"][f"dqn {precision} dense"]
+        row = found["Results"][f"dqn {precision} dense lockstep"]
         assert row["time to threshold (s)"] == f"{reached[precision][0]:,.1f}"
         assert row["env steps to threshold"] == f"{reached[precision][1]:,}"
         assert row["final score"] == f"{summary['final_return']['mean']:,.1f}"
-        costs = found["Costs"][f"dqn {precision} dense"]
+        costs = found["Costs"][f"dqn {precision} dense lockstep"]
         assert costs["policy bytes per broadcast"] == f"{summary['policy_bytes']:,}"
     speed_up = reached["fp32"][0] / reached["int8"][0]
-    assert found["Results"]["dqn int8 dense"]["speed-up vs baseline"] == f"{speed_up:.2f}×"
+    assert found["Results"]["dqn int8 dense lockstep"]["speed-up vs baseline"] == f"{speed_up:.2f}×"
     energy = {p: s["energy"]["kwh"] for p, s in summaries.items()}
-    assert found["Costs"]["dqn int8 dense"]["energy: baseline / this"] == \
+    assert found["Costs"]["dqn int8 dense lockstep"]["energy: baseline / this"] == \
         f"{energy['fp32'] / energy['int8']:.2f}×"
     # int8 weights are a quarter of fp32's, but an int8 file keeps its first and last layers
     # in float32: for this 4-64-64-2 net about half of the fp32 file's bytes on the wire

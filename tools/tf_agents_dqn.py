@@ -45,6 +45,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--target-return", type=float, default=475.0)
     parser.add_argument("--eval-every", type=int, default=2_500)
     parser.add_argument("--eval-episodes", type=int, default=20)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--json", metavar="PATH", help="write the result here as JSON")
     return parser.parse_args()
 
@@ -78,7 +79,7 @@ def main() -> None:
         train_env.time_step_spec(),
         train_env.action_spec(),
         q_network=DuelingQNetwork(train_env.observation_spec(), 2, (64, 64)),
-        optimizer=tf.keras.optimizers.Adam(learning_rate=1e-3),
+        optimizer=tf.keras.optimizers.Adam(learning_rate=args.learning_rate),
         epsilon_greedy=lambda: epsilon(train_step),
         n_step_update=nstep,
         target_update_tau=0.01,

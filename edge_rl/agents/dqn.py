@@ -16,6 +16,17 @@ from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
 
 
+def learning_rate_schedule(config: TrainConfig):
+    """--learning-rate, constant or falling linearly over the run's updates to
+    learning_rate_end_fraction of it (counted by the optimizer: it resumes where it was)."""
+    end_fraction = config.algo_options["learning_rate_end_fraction"]
+    if end_fraction == 1.0:
+        return config.learning_rate
+    updates = max(1, int((config.steps - config.warmup_steps) * config.updates_per_step))
+    return tf.keras.optimizers.schedules.PolynomialDecay(
+        config.learning_rate, updates, config.learning_rate * end_fraction)
+
+
 class DQN:
     name = "dqn"
     discrete = True
@@ -36,6 +47,10 @@ class DQN:
             "epsilon_start": 1.0,
             "epsilon_end": 0.02,
             "epsilon_decay_steps": 10_000,  # per actor
+            # the learning rate falls linearly to this fraction of --learning-rate over the
+            # run's updates (1.0: constant)
+            "learning_rate_end_fraction": 1.0,
+            "gradient_clipping": None,  # the gradients' global norm is clipped to this
         },
     }
 
@@ -43,7 +58,7 @@ class DQN:
         time_step_spec, action_spec = tf_specs(observation_shape, action)
         net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,
                               config.is_sparse)
-        optimizer = MaskedAdam(learning_rate=config.learning_rate)
+        optimizer = MaskedAdam(learning_rate=learning_rate_schedule(config))
         agent = dqn_agent.DdqnAgent(
             time_step_spec,
             action_spec,
@@ -52,6 +67,7 @@ class DQN:
             target_update_period=config.algo_options["target_update_period"],
             target_update_tau=config.algo_options["target_update_tau"],
             td_errors_loss_fn=common.element_wise_huber_loss,
+            gradient_clipping=config.algo_options["gradient_clipping"],
             gamma=config.gamma,
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
         )

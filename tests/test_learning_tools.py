@@ -1,0 +1,45 @@
+"""tools/sync_reference.py and tools/learning_quality.py run as written (real subprocesses)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def test_sync_reference_quick_trains_and_reports_its_evaluations(tmp_path):
+    out = tmp_path / "sync"
+    subprocess.run([sys.executable, str(TOOLS / "sync_reference.py"), "--quick", "--out",
+                    str(out)], check=True, capture_output=True, timeout=300)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["loop"] == "sync-reference" and summary["precision"] == "fp32"
+    assert [e["env_steps"] for e in summary["evaluations"]] == [300, 600]
+    # 200 warm-up steps, then one update per env step
+    assert summary["updates"] == 400
+    assert all(1 <= e["mean"] <= 500 for e in summary["evaluations"])
+    assert summary["stability"]["best"] == max(e["mean"] for e in summary["evaluations"])
+    config = json.loads((out / "config.json").read_text())
+    assert (config["algo"], config["nstep"], config["hidden"]) == ("dqn", 3, [64, 64])
+
+
+def test_learning_quality_plans_resumes_and_reports(tmp_path):
+    out = tmp_path / "learning"
+    command = [sys.executable, str(TOOLS / "learning_quality.py"), "--suite", "staleness",
+               "--seeds", "0", "1", "--out", str(out)]
+    plan = subprocess.run([*command, "--dry-run"], check=True, capture_output=True,
+                          text=True).stdout
+    assert plan.count(" new") == 8  # default, 250/500, 50/100, lockstep; 2 seeds
+    # one finished run: it is done, and it is what the report shows
+    run_dir = out / "dqn-CartPole-v1-lockstep-s1"
+    run_dir.mkdir(parents=True)
+    evaluations = [{"env_steps": s, "wall_seconds": s / 1000, "mean": m}
+                   for s, m in ((10_000, 200.0), (25_000, 500.0), (50_000, 480.0),
+                                (75_000, 400.0), (100_000, 500.0))]
+    (run_dir / "summary.json").write_text(json.dumps({
+        "evaluations": evaluations, "wall_clock_seconds": 123.0, "stop_reason": "done",
+        "stability": {"fraction": 2 / 3}}))
+    report = subprocess.run([*command, "--report-only"], check=True, capture_output=True,
+                            text=True).stdout
+    assert "dqn-CartPole-v1-lockstep-s1" in report and " done" in report
+    assert "| lockstep | 1 | 200.0 | 500.0 | 480.0 | 500.0 | 0.67 (0.67) | 123 |" in report

@@ -1,0 +1,273 @@
+"""Learning quality, resumable: edge-rl's loop against lockstep and a synchronous reference.
+
+    python tools/learning_quality.py [--suite dqn|continuous|staleness|all] [--seeds 0 1 2]
+        [--out runs/learning] [--only REGEX] [--max-runs N] [--dry-run] [--report-only]
+
+Per setting and seed, one run of:
+- default: `edge-rl train` with its defaults (int8 actors in their own process, broadcasts
+  every publish_every updates, actors up to max_update_lag updates ahead);
+- lockstep: `edge-rl train --lockstep` (one actor, each batch's updates run before its ack);
+- publish N/lag M: the staleness ablations (`--publish-every N --max-update-lag M`);
+- sync: tools/sync_reference.py, the same agent, networks, hyperparameters, replay and
+  exploration in one process, one env step then its updates, fp32 policy of the newest
+  weights (no loop at all).
+
+The report (OUT/report.md, printed too) gives per setting the greedy return at 10k, 25k, 50k
+and 100k env steps (mean over seeds with its 95% interval), the late-run stability (of the
+evaluations after a seed first came within 5% of its best, the share that stayed there; see
+edge_rl.stability) and the wall-clock, next to published figures where there are some.
+
+Finished runs are skipped and interrupted edge-rl runs resumed (an interrupted reference run
+starts again); a failed run is logged and the next one started. Ctrl-C stops the current run
+cleanly; the same command goes on. Standard library and subprocesses only (no TF here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from actorq_compare import EDGE_RL, checkpoint_steps, read_summary, slug, wait_interruptibly
+
+log = logging.getLogger("learning_quality")
+
+HERE = Path(__file__).resolve().parent
+SYNC_REFERENCE = [sys.executable, str(HERE / "sync_reference.py")]
+CHECKPOINTS = (10_000, 25_000, 50_000, 100_000)  # env steps the report reads returns at
+
+# How each variant runs; "sync" is tools/sync_reference.py, the others `edge-rl train` flags.
+VARIANTS = {
+    "default": (),
+    "lockstep": ("--lockstep",),
+    "publish250": ("--publish-every", "250", "--max-update-lag", "500"),
+    "publish50": ("--publish-every", "50", "--max-update-lag", "100"),
+    "sync": None,
+}
+SUITES = {
+    # (algo, env, env steps, variants)
+    "dqn": [("dqn", "CartPole-v1", 100_000, ("default", "lockstep", "sync")),
+            ("dqn", "Acrobot-v1", 100_000, ("default", "lockstep", "sync"))],
+    "continuous": [("td3", "HalfCheetah-v5", 100_000, ("default", "sync")),
+                   ("sac", "Hopper-v5", 100_000, ("default", "sync")),
+                   ("d4pg", "dm_control/cartpole-balance-v0", 100_000, ("default", "sync"))],
+    # the cost of asynchrony: broadcast interval / update lag 1000/2000 (the default),
+    # 250/500, 50/100, and none (lockstep)
+    "staleness": [("dqn", "CartPole-v1", 100_000,
+                   ("default", "publish250", "publish50", "lockstep"))],
+}
+# Published figures to read the tables against, with where they come from.
+PUBLISHED = {
+    ("dqn", "CartPole-v1"): "500 ± 0 by 50k steps: SB3 rl-baselines3-zoo DQN (benchmark.md; "
+                            "net 256x256, lr 2.3e-3)",
+    ("td3", "HalfCheetah-v5"): "5514 ± 554 at 100k steps (HalfCheetah-v1): Fujimoto et al. "
+                               "2018, TD3's learning curves",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    algo: str
+    env: str
+    steps: int
+    variant: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.algo} {self.env}"
+
+    def name(self, seed: int) -> str:
+        return f"{self.algo}-{slug(self.env)}-{self.variant}-s{seed}"
+
+
+@dataclass(frozen=True)
+class Run:
+    setting: Setting
+    seed: int
+    run_dir: Path
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir.with_name(self.run_dir.name + ".log")
+
+    def status(self) -> str:
+        """done, resume (an edge-rl run with a checkpoint) or new."""
+        summary = read_summary(self.run_dir)
+        if summary is not None and summary.get("stop_reason") != "interrupted":
+            return "done"
+        if self.setting.variant != "sync" and checkpoint_steps(self.run_dir) is not None:
+            return "resume"
+        return "new"
+
+    def command(self, status: str) -> list[str]:
+        s, out = self.setting, str(self.run_dir.resolve())
+        if s.variant == "sync":
+            return [*SYNC_REFERENCE, "--algo", s.algo, "--env", s.env, "--steps", str(s.steps),
+                    "--seed", str(self.seed), "--out", out]
+        if status == "resume":
+            return [*EDGE_RL, "train", "--resume", "--out", out]
+        return [*EDGE_RL, "train", "--algo", s.algo, "--env", s.env, "--steps", str(s.steps),
+                "--seed", str(self.seed), "--out", out, "--no-carbon", *VARIANTS[s.variant]]
+
+
+def plan_runs(suite: str, seeds: list[int], out: Path) -> list[Run]:
+    """The suite's runs, seed by seed, every variant of a seed side by side (a slice of the
+    work then still compares variants); a run shared by two suites appears once."""
+    chosen = list(SUITES) if suite == "all" else [suite]
+    settings = list(dict.fromkeys(Setting(algo, env, steps, variant)
+                                  for name in chosen for algo, env, steps, variants in SUITES[name]
+                                  for variant in variants))
+    groups = list(dict.fromkeys((s.algo, s.env) for s in settings))
+    runs = [Run(s, seed, out / s.name(seed)) for s in settings for seed in seeds]
+    return sorted(runs, key=lambda r: (groups.index((r.setting.algo, r.setting.env)), r.seed))
+
+
+def execute(run: Run, status: str) -> bool:
+    """Run (or resume) one run with its output appended to its log; True on exit code 0."""
+    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    command = run.command(status)
+    log.info("%s %s (log: %s)", "resuming" if status == "resume" else "starting",
+             run.run_dir.name, run.log_file)
+    started = time.monotonic()
+    with open(run.log_file, "a") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
+        out.flush()
+        # its own process group: Ctrl-C reaches this driver, which passes one SIGINT on
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, process_group=0,
+                                   cwd=run.run_dir.parent)
+        code = wait_interruptibly(process)
+    if code != 0:
+        log.error("%s failed with exit code %d; see %s", run.run_dir.name, code, run.log_file)
+        return False
+    log.info("%s finished in %.0f s", run.run_dir.name, time.monotonic() - started)
+    return True
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262}  # Student's t, two-sided 95%, by degrees of freedom
+
+
+def return_at(evaluations: list[dict], steps: int) -> float | None:
+    """The greedy return of the evaluation nearest `steps` env steps (within 10% of it)."""
+    near = [e for e in evaluations if abs(e["env_steps"] - steps) <= 0.1 * steps]
+    if not near:
+        return None
+    return min(near, key=lambda e: abs(e["env_steps"] - steps))["mean"]
+
+
+def interval(values: list[float]) -> str:
+    """'412.3 [388.0, 436.6]': the mean and its 95% interval over seeds (Student's t)."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{mean:.1f}"
+    half = T_975.get(len(values) - 1, 2.0) * statistics.stdev(values) / math.sqrt(len(values))
+    return f"{mean:.1f} [{mean - half:.1f}, {mean + half:.1f}]"
+
+
+def stability_of(summary: dict) -> float | None:
+    return (summary.get("stability") or {}).get("fraction")
+
+
+def report(runs: list[Run]) -> str:
+    lines = ["# Learning quality", "",
+             "Greedy return at fixed env steps: mean over seeds [95% interval]. Late-run "
+             "stability: of a seed's evaluations after the first within 5% of its best, the "
+             "share that stayed within 5% of it, as mean (lowest seed). Wall-clock: the run's "
+             "own seconds (summary.json), mean over seeds.", ""]
+    by_title: dict[str, list[Run]] = {}
+    for run in runs:
+        by_title.setdefault(run.setting.title, []).append(run)
+    for title, group in by_title.items():
+        first = group[0].setting
+        lines += [f"## {title}, {first.steps:,} env steps", ""]
+        if (published := PUBLISHED.get((first.algo, first.env))) is not None:
+            lines += [f"Published: {published}.", ""]
+        header = ["variant", "seeds", *(f"{s // 1000}k" for s in CHECKPOINTS),
+                  "stability", "wall-clock (s)"]
+        lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        for variant in dict.fromkeys(r.setting.variant for r in group):
+            summaries = [(r.seed, s) for r in group if r.setting.variant == variant
+                         if r.status() == "done" and (s := read_summary(r.run_dir))]
+            if not summaries:
+                continue
+            cells = [variant, ", ".join(str(seed) for seed, _ in summaries)]
+            for steps in CHECKPOINTS:
+                values = [v for _, s in summaries
+                          if (v := return_at(s["evaluations"], steps)) is not None]
+                cells.append(interval(values))
+            fractions = [f for _, s in summaries if (f := stability_of(s)) is not None]
+            cells.append(f"{statistics.fmean(fractions):.2f} ({min(fractions):.2f})"
+                         if fractions else "-")
+            cells.append(f"{statistics.fmean(s['wall_clock_seconds'] for _, s in summaries):.0f}")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=Path("runs/learning"))
+    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
+    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
+    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
+    parser.add_argument("--report-only", action="store_true", help="Run nothing; report.")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    args = parse_args(argv)
+    runs = [r for r in plan_runs(args.suite, args.seeds, args.out)
+            if args.only is None or re.search(args.only, r.run_dir.name)]
+    if not runs:
+        log.error("no run matches --only %r", args.only)
+        return 2
+    for run in runs:
+        print(f"{run.run_dir.name:<50} {run.status()}")
+    if args.dry_run:
+        return 0
+    failed = []
+    if not args.report_only:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
+        try:
+            started = 0
+            for run in runs:
+                status = run.status()
+                if status == "done":
+                    continue
+                if args.max_runs is not None and started >= args.max_runs:
+                    break
+                started += 1
+                if not execute(run, status):
+                    failed.append(run)
+        except KeyboardInterrupt:
+            log.warning("interrupted: run the same command again to go on")
+            return 130
+    text = report(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.md").write_text(text + "\n")
+    print(text)
+    for run in failed:
+        log.error("failed: %s (log: %s)", run.run_dir.name, run.log_file)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
