@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 THRESHOLD = 25.0  # low: a 2500-step CartPole run of either precision gets there
 RUN_FLAGS = ("--lockstep", "--steps", "2500", "--eval-every", "500", "--eval-episodes", "3",
-             "--seed", "3")
+             "--updates-per-step", "1", "--seed", "3")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 def dqn_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dqn") / "run"
     summary = train(out, "--lockstep", "--steps", "12000", "--eval-every", "2000",
-                    "--publish-every", "500", "--target-return", "300", "--seed", "2")
+                    "--publish-every", "500", "--target-return", "300", "--seed", "2",
+                    "--updates-per-step", "1")
     return out, summary
 
 

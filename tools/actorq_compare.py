@@ -257,27 +257,31 @@ def wait_interruptibly(process: subprocess.Popen) -> int:
 def execute(run: Run, status: str) -> bool:
     """Run (or resume) one training with its output appended to its log; True if it ended
     with exit code 0."""
-    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    command = train_command(run, status)
-    log.info("%s %s (log: %s)", "resuming" if status == "resume" else "starting", run.name,
-             run.log_file)
+    return run_logged(run.name, train_command(run, status), run.log_file, status == "resume")
+
+
+def run_logged(name: str, command: list[str], log_file: Path, resuming: bool) -> bool:
+    """Run `command` in the log's folder with its output appended to `log_file`; True if it
+    ended with exit code 0. Ctrl-C stops it cleanly (see wait_interruptibly)."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log.info("%s %s (log: %s)", "resuming" if resuming else "starting", name, log_file)
     started = time.monotonic()
-    with open(run.log_file, "a") as out:
+    with open(log_file, "a") as out:
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
         out.flush()
         # Its own process group: a terminal's Ctrl-C reaches only this driver, which passes
         # exactly one SIGINT on (a second one would stop edge-rl before its checkpoint). In
-        # OUT/SUITE, where MuJoCo's MUJOCO_LOG.TXT then lands.
+        # the log's folder, where MuJoCo's MUJOCO_LOG.TXT then lands.
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, process_group=0,
-                                   cwd=run.run_dir.parent)
+                                   cwd=log_file.parent)
         code = wait_interruptibly(process)
     seconds = time.monotonic() - started
     if code != 0:
-        log.error("%s failed with exit code %d after %.0f s; see %s", run.name, code, seconds,
-                  run.log_file)
+        log.error("%s failed with exit code %d after %.0f s; see %s", name, code, seconds,
+                  log_file)
         return False
-    log.info("%s finished in %.0f s", run.name, seconds)
+    log.info("%s finished in %.0f s", name, seconds)
     return True
 
 
@@ -319,21 +323,36 @@ def write_reports(runs: list[Run], suites: set[str], report_dir: Path,
     return ok
 
 
-def run_all(runs: list[Run], max_runs: int | None) -> list[Run]:
+def run_all(runs: list, max_runs: int | None, status_of=None, execute_one=None) -> list:
     """Run the unfinished runs in order, at most `max_runs` of them; returns those that
-    failed. KeyboardInterrupt goes through once the current run has stopped."""
+    failed. KeyboardInterrupt goes through once the current run has stopped. `status_of(run)`
+    ("done", "resume" or "new") and `execute_one(run, status)` default to this driver's."""
+    status_of, execute_one = status_of or run_status, execute_one or execute
     failed, started = [], 0
     for run in runs:
-        status = run_status(run)
+        status = status_of(run)
         if status == "done":
             continue
         if max_runs is not None and started >= max_runs:
             log.info("--max-runs %d reached: stopping here", max_runs)
             break
         started += 1
-        if not execute(run, status):
+        if not execute_one(run, status):
             failed.append(run)
     return failed
+
+
+def run_until_interrupted(runs: list, max_runs: int | None, status_of=None,
+                          execute_one=None) -> list | None:
+    """run_all, with Ctrl-C (even when started with SIGINT ignored, as a background job) and
+    SIGTERM stopping the current run cleanly; None if interrupted."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
+    try:
+        return run_all(runs, max_runs, status_of, execute_one)
+    except KeyboardInterrupt:
+        log.warning("interrupted: run the same command again to resume")
+        return None
 
 
 def parse_thresholds(pairs: list[str]) -> dict[str, float]:
@@ -381,13 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = []
     if not args.report_only:
-        # Ctrl-C even when started with SIGINT ignored (a background job); SIGTERM alike.
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
-        try:
-            failed = run_all(runs, args.max_runs)
-        except KeyboardInterrupt:
-            log.warning("interrupted: run the same command again to resume")
+        failed = run_until_interrupted(runs, args.max_runs)
+        if failed is None:
             return 130
     # every suite's runs: the framework report compares with the quantization suite's
     all_runs = plan_runs(settings_table(argparse.Namespace(**{**vars(args), "suite": "all"})),

@@ -28,15 +28,19 @@ import argparse
 import logging
 import math
 import re
-import signal
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from actorq_compare import EDGE_RL, checkpoint_steps, read_summary, slug, wait_interruptibly
+from actorq_compare import (
+    EDGE_RL,
+    checkpoint_steps,
+    read_summary,
+    run_logged,
+    run_until_interrupted,
+    slug,
+)
 
 log = logging.getLogger("learning_quality")
 
@@ -132,24 +136,7 @@ def plan_runs(suite: str, seeds: list[int], out: Path) -> list[Run]:
 
 def execute(run: Run, status: str) -> bool:
     """Run (or resume) one run with its output appended to its log; True on exit code 0."""
-    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    command = run.command(status)
-    log.info("%s %s (log: %s)", "resuming" if status == "resume" else "starting",
-             run.run_dir.name, run.log_file)
-    started = time.monotonic()
-    with open(run.log_file, "a") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
-        out.flush()
-        # its own process group: Ctrl-C reaches this driver, which passes one SIGINT on
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, process_group=0,
-                                   cwd=run.run_dir.parent)
-        code = wait_interruptibly(process)
-    if code != 0:
-        log.error("%s failed with exit code %d; see %s", run.run_dir.name, code, run.log_file)
-        return False
-    log.info("%s finished in %.0f s", run.run_dir.name, time.monotonic() - started)
-    return True
+    return run_logged(run.run_dir.name, run.command(status), run.log_file, status == "resume")
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -244,21 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = []
     if not args.report_only:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
-        try:
-            started = 0
-            for run in runs:
-                status = run.status()
-                if status == "done":
-                    continue
-                if args.max_runs is not None and started >= args.max_runs:
-                    break
-                started += 1
-                if not execute(run, status):
-                    failed.append(run)
-        except KeyboardInterrupt:
-            log.warning("interrupted: run the same command again to go on")
+        failed = run_until_interrupted(runs, args.max_runs, Run.status, execute)
+        if failed is None:
             return 130
     text = report(runs)
     args.out.mkdir(parents=True, exist_ok=True)
