@@ -2,13 +2,14 @@
 
     python tools/cartpole_vs_tf_agents.py [--seeds 0 1 2] [--out DIR]
 
-For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475` (its
-defaults otherwise: one int8 actor process, greedy evaluation of 20 episodes every 2500 env
-steps) and then `tools/tf_agents_dqn.py` (the same network, optimizer, n-step targets,
-exploration schedule and evaluation protocol, in TF-Agents' driver + TFUniformReplayBuffer
-loop), one after the other so that neither shares the machine with the other. Each is timed
-as a whole process, from launch to exit (imports, set-up and evaluations included). Prints
-a markdown table and both medians; writes results.json under --out.
+For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475
+--updates-per-step 1` (its defaults otherwise: one int8 actor process, greedy evaluation of
+20 episodes every 2500 env steps) and then `tools/tf_agents_dqn.py` (the same network,
+optimizer, n-step targets, exploration schedule and evaluation protocol, in TF-Agents'
+driver + TFUniformReplayBuffer loop), one after the other so that neither shares the machine
+with the other. Each is timed as a whole process, from launch to exit (imports, set-up and
+evaluations included). Prints a markdown table and both medians; writes results.json under
+--out.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def run(command: list[str], log: Path) -> float:
 
 def edge_rl_run(seed: int, out: Path) -> dict:
     run_dir = out / f"edge-rl-{seed}"
+    # one update per env step, as TF-Agents' loop (DQN's default is 0.25, docs/learning.md)
     seconds = run([EDGE_RL, "train", "--env", "CartPole-v1", "--algo", "dqn", "--seed",
-                   str(seed), "--target-return", str(TARGET), "--out", str(run_dir)],
+                   str(seed), "--target-return", str(TARGET), "--updates-per-step", "1",
+                   "--out", str(run_dir)],
                   out / f"edge-rl-{seed}.log")
     summary = json.loads(next(run_dir.rglob("summary.json")).read_text())
     best = summary["best_return"] or {}
