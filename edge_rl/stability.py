@@ -9,27 +9,16 @@ a fraction of |best|, so it applies to negative returns (Pendulum, Acrobot) as w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 TOLERANCE = 0.05  # within 5% of the best counts as "at the best"
 
 
-@dataclass(frozen=True)
-class Stability:
-    fraction: float | None  # None: no evaluation after the first one at the best
-    best: float
-    first_at: int  # index of the first evaluation within tolerance of the best
-    later: int  # evaluations after it
-    tolerance: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def late_run_stability(returns: Sequence[float], tolerance: float = TOLERANCE
                        ) -> dict | None:
-    """Stability of a run's evaluation means, in order (see the module's doc); None if the
-    run has no evaluation."""
+    """Stability of a run's evaluation means, in order (see the module's doc): fraction (None
+    when no evaluation follows the first at the best), best, first_at (index of the first
+    evaluation at the best), later (evaluations after it) and tolerance. None if the run has
+    no evaluation."""
     if not returns:
         return None
     best = max(returns)
@@ -37,4 +26,5 @@ def late_run_stability(returns: Sequence[float], tolerance: float = TOLERANCE
     first_at = next(i for i, mean in enumerate(returns) if mean >= floor)
     later = returns[first_at + 1:]
     fraction = sum(mean >= floor for mean in later) / len(later) if later else None
-    return Stability(fraction, float(best), first_at, len(later), tolerance).as_dict()
+    return {"fraction": fraction, "best": float(best), "first_at": first_at,
+            "later": len(later), "tolerance": tolerance}

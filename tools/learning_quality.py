@@ -19,7 +19,7 @@ edge_rl.stability) and the wall-clock, next to published figures where there are
 
 Finished runs are skipped and interrupted edge-rl runs resumed (an interrupted reference run
 starts again); a failed run is logged and the next one started. Ctrl-C stops the current run
-cleanly; the same command goes on. Standard library and subprocesses only (no TF here).
+cleanly; the same command goes on. No TensorFlow in this process: runs are subprocesses.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from actorq_compare import (
     run_until_interrupted,
     slug,
 )
+
+from edge_rl.compare import T_975  # Student's t, two-sided 95%, by degrees of freedom
 
 log = logging.getLogger("learning_quality")
 
@@ -141,10 +143,6 @@ def execute(run: Run, status: str) -> bool:
 
 # -- the report ---------------------------------------------------------------------------------
 
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262}  # Student's t, two-sided 95%, by degrees of freedom
-
-
 def return_at(evaluations: list[dict], steps: int) -> float | None:
     """The greedy return of the evaluation nearest `steps` env steps (within 10% of it)."""
     near = [e for e in evaluations if abs(e["env_steps"] - steps) <= 0.1 * steps]
@@ -160,7 +158,8 @@ def interval(values: list[float]) -> str:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return f"{mean:.1f}"
-    half = T_975.get(len(values) - 1, 2.0) * statistics.stdev(values) / math.sqrt(len(values))
+    t = T_975[max(d for d in T_975 if d <= len(values) - 1)]  # rounded down: wider
+    half = t * statistics.stdev(values) / math.sqrt(len(values))
     return f"{mean:.1f} [{mean - half:.1f}, {mean + half:.1f}]"
 
 
