@@ -74,14 +74,13 @@ class ProcessEnergy:
 
 
 def seconds_since_process_start() -> float | None:
-    """Wall-clock seconds since this process was started (from /proc, to about 10 ms; the
-    interpreter's own start-up included); None where /proc does not tell."""
+    """Wall-clock seconds since this process was started (from /proc, to one clock tick,
+    about 10 ms; the interpreter's own start-up included); None where /proc does not tell."""
     try:
         with open("/proc/self/stat") as f:
-            # field 22, counted after the command name (which may hold spaces) closes
+            # field 22, counted after the command name (which may hold spaces) closes: the
+            # start in clock ticks since boot, on the clock CLOCK_BOOTTIME reads
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, StopIteration):
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
         return None

@@ -75,6 +75,8 @@ class Learner:
         # Several updates per call, looped inside one graph: calling agent.train once per
         # update costs ~0.3-1 ms of Python and dispatch overhead each time on this stack.
         self._train_many = tf.function(self._train_loop, reduce_retracing=True)
+        self.trace_seconds: list[float] = []  # per trace of the update loop: its call's time
+        self._traces = 0  # Python in _train_loop runs only while TensorFlow traces it
         self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
         self._patchers: dict[str, Any] = {}  # precision -> PolicyPatcher, or None: convert
         self._saved_policy = None  # edge_rl.tf_policy.SavedPolicyWriter, for tf-fp32 actors
@@ -88,9 +90,14 @@ class Learner:
 
         Returns TF-Agents' LossInfo of the last one (tensors: read them only when logging).
         """
-        return self._train_many(to_trajectory(batch, updates))
+        traces, start = self._traces, time.perf_counter()
+        loss_info = self._train_many(to_trajectory(batch, updates))
+        if self._traces > traces:
+            self.trace_seconds.append(round(time.perf_counter() - start, 3))
+        return loss_info
 
     def _train_loop(self, experience: trajectory.Trajectory) -> Any:
+        self._traces += 1
         loss_info = self.agent.train(tf.nest.map_structure(lambda x: x[0], experience))
         for k in tf.range(1, tf.shape(experience.reward)[0]):
             loss_info = self.agent.train(tf.nest.map_structure(lambda x, k=k: x[k], experience))

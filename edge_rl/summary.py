@@ -49,6 +49,9 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
             "replay_log_fsyncs": training.ingest.log.syncs,
         },
         "time_breakdown": training.costs.time_breakdown(),
+        # seconds from this session's process start to its first events, and what each trace
+        # of the update loop cost (tools/bench_startup.py)
+        "startup": {**training.startup, "update_traces": training.learner.trace_seconds},
     }
     energy = training.costs.energy()
     if energy is not None:

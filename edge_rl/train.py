@@ -35,6 +35,7 @@ from edge_rl.best_policy import (
 from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_json
 from edge_rl.config import TF_BASELINE, TrainConfig
 from edge_rl.costs import RunCosts
+from edge_rl.device.accounting import seconds_since_process_start
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import EvalResult, evaluate
@@ -75,6 +76,9 @@ class Training:
     """One run: the learner, its replay, its gRPC service and its local actors."""
 
     def __init__(self, config: TrainConfig, resume: bool = False):
+        # seconds from the process's start to each first event (summary.json's "startup")
+        self.startup: dict[str, float] = {}
+        self.mark("training_start")
         self.config, self.factory, self.observation_shape, self.action = prepare(config, resume)
         config = self.config
         # First, so the energy figure includes the start-up (TensorFlow's import, tracing)
@@ -91,6 +95,7 @@ class Training:
             tf.config.experimental.enable_op_determinism()
         self.tf = tf
         self.learner = Learner(self.factory, config, self.observation_shape, self.action)
+        self.mark("agent_built")
         discrete = self.action["kind"] == "discrete"
         self.replay = Replay(
             config.replay_capacity,
@@ -123,6 +128,11 @@ class Training:
         self.stop_reason = ""
         self.policy_file = b""  # the newest published policy as a policy file
         self.policy_calibration: np.ndarray | None = None  # the rows it was calibrated on
+
+    def mark(self, event: str) -> None:
+        """Note when `event` first happened, in seconds since the process started."""
+        if event not in self.startup and (seconds := seconds_since_process_start()) is not None:
+            self.startup[event] = round(seconds, 3)
 
     # -- the pieces of the loop ----------------------------------------------------------------
 
@@ -190,6 +200,8 @@ class Training:
         with self.costs.learner.part("waiting_for_actors" if block else "ingest"):
             taken = self.ingest.take(block, one=self.config.lockstep)
         arrived = sum(len(pending.transitions) for pending in taken)
+        if arrived:
+            self.mark("first_batch")
         for pending in taken:
             self.recent_returns.extend(pending.episode_returns)
             self.account(pending.actor_id, pending.costs)
@@ -223,6 +235,7 @@ class Training:
             done += chunk
             if self.first_update is None:  # the clock starts once the graph is traced
                 self.first_update = (time.monotonic(), self.learner.updates)
+                self.mark("first_update")
             if self.learner.updates - self.last_publish_update >= self.config.publish_every:
                 self.publish()
         return count
@@ -246,6 +259,7 @@ class Training:
             "wall_seconds": self.elapsed(),
         }
         self.state.evaluations.append(record)
+        self.mark("first_evaluation")
         self.state.last_eval = record
         if self.state.best is None or record["mean"] > self.state.best["mean"]:
             self.state.best = record
@@ -347,7 +361,9 @@ class Training:
         # conversion; they wait for its policy.
         actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs",
                              token_file=config.token_file, tls_ca=config.tls_cert)
+        self.mark("actors_started")
         self.publish()
+        self.mark("first_policy")
         # Ctrl-C and SIGTERM only raise a flag that the loop checks between steps: an exception
         # raised in the middle of a TensorFlow call can leave it unable to write the final
         # checkpoint. A second Ctrl-C interrupts at once. The handler is set even when the run

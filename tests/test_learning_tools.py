@@ -30,7 +30,8 @@ def test_learning_quality_plans_resumes_and_reports(tmp_path):
                "--seeds", "0", "1", "--out", str(out)]
     plan = subprocess.run([*command, "--dry-run"], check=True, capture_output=True,
                           text=True).stdout
-    assert plan.count(" new") == 8  # default, 250/500, 50/100, lockstep; 2 seeds
+    # default, 250/500, 50/100, lockstep; DQN CartPole and TD3 HalfCheetah; 2 seeds
+    assert plan.count(" new") == 16
     # one finished run: it is done, and it is what the report shows
     run_dir = out / "dqn-CartPole-v1-lockstep-s1"
     run_dir.mkdir(parents=True)
