@@ -43,6 +43,27 @@ def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.
                                  experience)
 
 
+def experience_signature(observation_shape: tuple[int, ...], action: dict,
+                         batch_size: int) -> trajectory.Trajectory:
+    """The specs of what `to_trajectory` makes, for any number of updates: one signature, so
+    the update loop is traced once whatever the chunk sizes."""
+    discrete = action["kind"] == "discrete"
+
+    def spec(shape: tuple[int, ...], dtype) -> tf.TensorSpec:
+        return tf.TensorSpec([None, batch_size, 2, *shape], dtype)
+
+    return trajectory.Trajectory(
+        step_type=spec((), tf.int32),
+        observation=spec(tuple(observation_shape), tf.float32),
+        action=spec(() if discrete else tuple(action["shape"]),
+                    tf.int64 if discrete else tf.float32),
+        policy_info=(),
+        next_step_type=spec((), tf.int32),
+        reward=spec((), tf.float32),
+        discount=spec((), tf.float32),
+    )
+
+
 def to_experience(batch: dict[str, np.ndarray]) -> trajectory.Trajectory:
     """One sampled minibatch as the [batch, 2] tensors an agent's losses take."""
     return tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]), to_trajectory(batch, 1))
@@ -73,8 +94,10 @@ class Learner:
                 end_step=config.topology_end,
             )
         # Several updates per call, looped inside one graph: calling agent.train once per
-        # update costs ~0.3-1 ms of Python and dispatch overhead each time on this stack.
-        self._train_many = tf.function(self._train_loop, reduce_retracing=True)
+        # update costs ~0.3-1 ms of Python and dispatch overhead each time on this stack. The
+        # number of updates is left open in the signature, so it is traced once per run.
+        self._train_many = tf.function(self._train_loop, autograph=False, input_signature=[
+            experience_signature(self.observation_shape, action, config.batch_size)])
         self.trace_seconds: list[float] = []  # per trace of the update loop: its call's time
         self._traces = 0  # Python in _train_loop runs only while TensorFlow traces it
         self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
@@ -88,7 +111,7 @@ class Learner:
     def train(self, batch: dict[str, np.ndarray], updates: int = 1) -> Any:
         """`updates` updates, on consecutive slices of `batch` (updates x batch_size samples).
 
-        Returns TF-Agents' LossInfo of the last one (tensors: read them only when logging).
+        Returns the last one's loss (a tensor: read it only when logging).
         """
         traces, start = self._traces, time.perf_counter()
         loss_info = self._train_many(to_trajectory(batch, updates))
@@ -97,11 +120,21 @@ class Learner:
         return loss_info
 
     def _train_loop(self, experience: trajectory.Trajectory) -> Any:
+        """experience[k] for k = 0, 1, ...: one agent.train each, in a tf.while_loop.
+
+        Written as a while loop, not a Python loop over tf.range, so the function needs no
+        AutoGraph: AutoGraph would also rewrite all of TF-Agents' and Keras' code it reaches,
+        which took ~8 s of each run's start here. One agent.train in the body: tracing meets it
+        once."""
         self._traces += 1
-        loss_info = self.agent.train(tf.nest.map_structure(lambda x: x[0], experience))
-        for k in tf.range(1, tf.shape(experience.reward)[0]):
-            loss_info = self.agent.train(tf.nest.map_structure(lambda x, k=k: x[k], experience))
-        return loss_info
+
+        def update(k, loss):
+            step = tf.nest.map_structure(lambda x: x[k], experience)
+            return k + 1, tf.cast(self.agent.train(step).loss, tf.float32)
+
+        count = tf.shape(experience.reward)[0]
+        _, loss = tf.while_loop(lambda k, _: k < count, update, (tf.constant(0), 0.0))
+        return loss
 
     def update_topology(self, env_steps: int, batch: dict[str, np.ndarray]) -> list:
         """One topology update of the sparse networks (RigL grows by the dense gradient of

@@ -319,7 +319,7 @@ class Training:
             if self.recent_returns:
                 self.tf.summary.scalar("actor/episode_return", float(np.mean(self.recent_returns)))
             if self.last_loss is not None:
-                self.tf.summary.scalar("learner/loss", float(self.last_loss.loss))
+                self.tf.summary.scalar("learner/loss", float(self.last_loss))
             for name, value in self.costs.scalars().items():
                 self.tf.summary.scalar(name, value)
         self.evolution.log_replay(self.state.env_steps)

@@ -1,13 +1,15 @@
 """Learning quality, resumable: edge-rl's loop against lockstep and a synchronous reference.
 
-    python tools/learning_quality.py [--suite dqn|continuous|staleness|all] [--seeds 0 1 2]
-        [--out runs/learning] [--only REGEX] [--max-runs N] [--dry-run] [--report-only]
+    python tools/learning_quality.py [--suite dqn|continuous|staleness|precision|all]
+        [--seeds 0 1 2] [--out runs/learning] [--only REGEX] [--max-runs N] [--dry-run]
+        [--report-only]
 
 Per setting and seed, one run of:
 - default: `edge-rl train` with its defaults (int8 actors in their own process, broadcasts
   every publish_every updates, actors up to max_update_lag updates ahead);
 - lockstep: `edge-rl train --lockstep` (one actor, each batch's updates run before its ack);
 - publish N/lag M: the staleness ablations (`--publish-every N --max-update-lag M`);
+- fp32: the default loop with fp32 actors (`--actor-precision fp32`), what int8 costs;
 - sync: tools/sync_reference.py, the same agent, networks, hyperparameters, replay and
   exploration in one process, one env step then its updates, fp32 policy of the newest
   weights (no loop at all).
@@ -57,6 +59,7 @@ VARIANTS = {
     "lockstep": ("--lockstep",),
     "publish250": ("--publish-every", "250", "--max-update-lag", "500"),
     "publish50": ("--publish-every", "50", "--max-update-lag", "100"),
+    "fp32": ("--actor-precision", "fp32"),
     "sync": None,
 }
 SUITES = {
@@ -73,6 +76,8 @@ SUITES = {
                    ("default", "publish250", "publish50", "lockstep")),
                   ("td3", "HalfCheetah-v5", 100_000,
                    ("default", "publish250", "publish50", "lockstep"))],
+    # what int8 actors cost, beside what staleness costs: the default loop with fp32 actors
+    "precision": [("td3", "HalfCheetah-v5", 100_000, ("default", "fp32"))],
 }
 # "At its best" means within 5% of the best (edge_rl.stability), but within 10% on Acrobot,
 # whose good policies take 70-90 steps an episode: 5% of -75 is under 4 steps.
