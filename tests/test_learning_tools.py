@@ -45,3 +45,15 @@ def test_learning_quality_plans_resumes_and_reports(tmp_path):
                             text=True).stdout
     assert "dqn-CartPole-v1-lockstep-s1" in report and " done" in report
     assert "| lockstep | 1 | 200.0 | 500.0 | 480.0 | 500.0 | 0.67 (0.67) | 123 |" in report
+
+
+def test_bench_startup_quick_times_a_real_launch():
+    result = subprocess.run([sys.executable, str(TOOLS / "bench_startup.py"), "--quick"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| dqn |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "1"  # one launch
+    seconds = [float(cell) for cell in cells[2:10]]  # the events, then the process's exit
+    assert seconds == sorted(seconds) and seconds[0] > 0
+    assert cells[10] == "1"  # one trace of the update loop

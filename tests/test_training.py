@@ -47,9 +47,10 @@ def test_dqn_lockstep_int8_actors_learn_cartpole(dqn_run):
 
 def test_default_dqn_stays_learned_on_cartpole(tmp_path):
     """`edge-rl train`'s defaults (DQN, CartPole-v1, 100k steps), in lockstep so that the seed
-    fixes the run: once the greedy return reaches CartPole's 475, it stays there. At one update
-    per env step (the old default) the same run reached 500 at 12k steps, swung, and ended at
-    161: 74% of its later evaluations at 475 or more, and this test failed."""
+    fixes the run: once the greedy return reaches CartPole's 475, it stays there (today's
+    defaults: from 75k steps on, 10 of 10). At one update per env step (an old default) the
+    same run reached 500 at 12k steps, swung, and ended at 161: 74% of its later evaluations
+    at 475 or more, and this test failed."""
     summary = train(tmp_path / "run", "--lockstep", "--seed", "0", "--no-carbon")
     means = [evaluation["mean"] for evaluation in summary["evaluations"]]
     solved = [i for i, mean in enumerate(means) if mean >= 475]
@@ -58,6 +59,18 @@ def test_default_dqn_stays_learned_on_cartpole(tmp_path):
     assert len(later) >= 5, means  # solved with room to show it stays so
     assert sum(mean >= 475 for mean in later) >= 0.8 * len(later), means
     assert summary["stability"]["fraction"] >= 0.8
+
+
+def test_a_run_traces_its_update_loop_once_and_notes_its_start(dqn_run):
+    """Chunks of 64, 52 and 12 updates (the publish points split them) share one trace of the
+    update loop; each trace cost seconds of the run's start (two were made before)."""
+    _, summary = dqn_run
+    startup = summary["startup"]
+    assert len(startup["update_traces"]) == 1, startup
+    order = ("training_start", "agent_built", "actors_started", "first_policy", "first_update",
+             "first_evaluation")
+    times = [startup[event] for event in order]
+    assert times == sorted(times) and 0 < times[0], startup
 
 
 def test_eval_of_the_exported_policy_confirms_the_return(dqn_run):

@@ -8,8 +8,9 @@ each iteration runs one `agent.train` on a minibatch from the buffer's dataset (
 and train step both in `common.function`). What it shares with `edge-rl train`'s DQN
 defaults: the same network (edge_rl's DuelingQNetwork, 64x64), DdqnAgent with Huber loss,
 Adam 1e-3, gamma 0.99, 3-step targets, Polyak target updates (tau 0.01 every update),
-batch 64, 1000 warm-up steps of uniform random actions, epsilon 1 -> 0.02 over 10k steps,
-one update per env step; and the evaluation protocol: every 2500 env steps, 20 greedy
+batch 64, 1000 warm-up steps of uniform random actions, epsilon 1 -> edge-rl's epsilon_end
+(0.05 since 2026-11-24, 0.02 before) over 10k steps, one update per env step; and the
+evaluation protocol: every 2500 env steps, 20 greedy
 episodes (TF-Agents' greedy policy, through PyTFEagerPolicy with tf.function) on a separate
 env, stopping at a mean return of --target-return (475). Wall-clock counts everything from
 the start of main() (not the imports), evaluations included; the time spent evaluating is
@@ -35,6 +36,7 @@ from tf_agents.policies import py_tf_eager_policy, random_tf_policy
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.utils import common
 
+from edge_rl.agents.dqn import ALGORITHM as EDGE_RL_DQN
 from edge_rl.agents.networks import DuelingQNetwork
 
 
@@ -63,6 +65,9 @@ def evaluate(policy, env, episodes: int) -> float:
     return float(np.mean(returns))
 
 
+DQN_DEFAULTS = EDGE_RL_DQN.defaults
+
+
 def main() -> None:
     args = parse_args()
     start = time.perf_counter()
@@ -74,7 +79,10 @@ def main() -> None:
 
     nstep = 3
     train_step = tf.Variable(0, dtype=tf.int64)
-    epsilon = tf.keras.optimizers.schedules.PolynomialDecay(1.0, 10_000, 0.02)
+    exploration = DQN_DEFAULTS["algo_options"]  # edge-rl's epsilon schedule
+    epsilon = tf.keras.optimizers.schedules.PolynomialDecay(
+        exploration["epsilon_start"], exploration["epsilon_decay_steps"],
+        exploration["epsilon_end"])
     agent = dqn_agent.DdqnAgent(
         train_env.time_step_spec(),
         train_env.action_spec(),

@@ -167,6 +167,9 @@ class D4pgAgent(tf_agent.TFAgent):
 class D4PG:
     name = "d4pg"
     discrete = False
+    # Kept as they were after docs/learning.md (2026-11-24, seeds 0-2): on cartpole-balance
+    # at 100k the default loop reaches 997 against the synchronous reference's 999 (late-run
+    # stability 0.96 against 1.00).
     defaults = {
         "hidden": (256, 256),
         "learning_rate": 1e-4,
