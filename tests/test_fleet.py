@@ -39,11 +39,16 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
     port = free_port()
     token_file, token = write_token(tmp_path)
     run = tmp_path / "run"
-    # 60k steps: the resumed learner must not reach its budget before the actors have
-    # delivered what they spooled while it was down (at 20k it did, once, beside the arm64 check)
+    # The resumed learner must not reach its budget before both actors are back and have
+    # delivered what they spooled while it was down. An actor retries with backoff (up to
+    # ~20 s after a short outage), so the learner must still be running ~25 s after its
+    # restart: one update per env step paces the actors to its update rate (~1-2k env steps/s
+    # here) through the acks, and 100k steps leave it ~30-60 s after the restart. At 0.05
+    # updates per step (60k steps) it ingested ~10k steps/s, finished in 5 s after a restart
+    # that now takes seconds, and one actor came back too late.
     learner_args = ["learner", "--env", "CartPole-v1", "--algo", "dqn", "--port", port,
-                    "--token-file", token_file, "--out", run, "--steps", 60_000, "--seed", 0,
-                    "--updates-per-step", 0.05, "--batch-transitions", 32,
+                    "--token-file", token_file, "--out", run, "--steps", 100_000, "--seed", 0,
+                    "--updates-per-step", 1, "--batch-transitions", 32,
                     "--checkpoint-every", 4_000, "--eval-every", 10**9, "--eval-episodes", 2]
     spools = {"a": tmp_path / "spool-a", "b": tmp_path / "spool-b"}
     logs = [tmp_path / "learner.log", tmp_path / "a.log", tmp_path / "b.log"]

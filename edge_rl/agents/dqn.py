@@ -42,7 +42,7 @@ class DQN:
         "updates_per_step": 0.25,
         # The loop's --publish-every 1000 / --max-update-lag 2000 (TrainConfig) stay: at
         # epsilon_end 0.05 less staleness held no better (250/500: 13 of 19 seeds at >= 0.8,
-        # 50/100: 6 of 9, lockstep: 2 of 3, against 9 of 11), and costs wall-clock.
+        # 50/100: 6 of 9, lockstep: 1 of 3, against 11 of 14), and costs wall-clock.
         "warmup_steps": 1_000,
         "nstep": 3,
         "eval_every": 2_500,  # greedy DQN returns swing: look often, keep the best
@@ -56,7 +56,7 @@ class DQN:
             # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return
             # can be worth there (up to ~47,000); with more exploration late in the run the
             # replay keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8
-            # seeds held >= 80% of their evaluations after first solving it; at 0.05, 9 of 11
+            # seeds held >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
             # (docs/learning.md, "2026-11-24").
             "epsilon_end": 0.05,
             "epsilon_decay_steps": 10_000,  # per actor
