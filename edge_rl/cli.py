@@ -83,7 +83,9 @@ RUN_OPTIONS = [
     click.option("--batch-size", type=int, help="Learner minibatch size."),
     click.option("--updates-per-step", type=float, help="Learner updates per env step inserted."),
     click.option("--warmup-steps", type=int, help="Env steps before the first update."),
-    click.option("--replay-capacity", type=int),
+    click.option("--replay-capacity", type=int,
+                 help="Transitions replay holds.  [default: 1000000; with --dynamic-buffer "
+                      "--steps / 3, RLx2's 1e6 of 3M]"),
     click.option("--nstep", type=int,
                  help="n-step returns.  [default: 3 for dqn and --delayed-nstep, 5 for d4pg, "
                       "else 1]"),
@@ -123,11 +125,13 @@ RUN_OPTIONS = [
     click.option("--dynamic-buffer", is_flag=True, default=None,
                  help="Drop the oldest 10% of replay when it is too off-policy."),
     click.option("--buffer-check-interval", type=int,
-                 help="Env steps between policy-distance checks.  [default: 10000]"),
+                 help="Env steps between policy-distance checks.  [default: --steps / 300 "
+                      "with --dynamic-buffer, else 10000]"),
     click.option("--buffer-threshold", type=float,
                  help="Policy distance above which replay shrinks.  [default: 0.2]"),
     click.option("--buffer-min", type=int,
-                 help="Replay never shrinks below this.  [default: --replay-capacity / 10]"),
+                 help="Replay never shrinks below this.  [default: --steps / 30, at least "
+                      "2048, with --dynamic-buffer]"),
     click.option("--atoms", type=int,
                  help="D4PG: atoms of the critic's categorical support.  [default: 51]"),
     click.option("--v-min", type=float,

@@ -67,7 +67,7 @@ class TrainConfig:
     gamma: float = 0.99
     updates_per_step: float | None = None  # learner updates per inserted env step
     warmup_steps: int | None = None  # transitions in replay before the first update
-    replay_capacity: int = 1_000_000
+    replay_capacity: int | None = None  # None: 1,000,000; with --dynamic-buffer steps / 3
     nstep: int | None = None  # n-step returns
     max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
 
@@ -102,9 +102,9 @@ class TrainConfig:
     delayed_nstep: bool = False  # n = 1 until nstep_delay env steps, then nstep
     nstep_delay: int | None = None  # None: 10% of steps
     dynamic_buffer: bool = False  # shrink replay when its oldest data is off-policy
-    buffer_check_interval: int = 10_000  # env steps between policy-distance checks
+    buffer_check_interval: int | None = None  # env steps between checks; None: steps / 300
     buffer_threshold: float = 0.2  # policy distance above which the oldest 10% go
-    buffer_min: int | None = None  # None: replay_capacity // 10
+    buffer_min: int | None = None  # None: steps / 30, at least 2048
 
     # energy and carbon (see edge_rl.energy)
     carbon: bool = True  # measure the run's energy and CO2 (--no-carbon: off)

@@ -95,3 +95,25 @@ def test_dynamic_buffer_shrinks_the_oldest_and_stops_at_its_minimum():
     replay.insert(0, continuous_batch(100, 5_000, [-2.0, 0.0]))
     assert len(replay) == 3_000
     assert replay.data["observation"][replay.positions()[-1], 0] == 5_099
+
+
+def test_rlx2_replay_defaults_scale_with_the_run_as_the_papers_3m():
+    """RLx2's replay at 3M env steps: at most 1e6, never below 1e5, a check every 1e4. A run
+    of any length gets the same fractions of it; without the dynamic buffer, 1e6 and no
+    scaling; a flag given wins."""
+    from edge_rl.agents import get_algorithm
+    from edge_rl.agents.base import resolve_defaults
+
+    def replay(**given):
+        config = resolve_defaults(get_algorithm("td3"), TrainConfig(algo="td3", env="Hopper-v5",
+                                                                    **given))
+        config.validate()
+        return config.replay_capacity, config.buffer_min, config.buffer_check_interval
+
+    assert replay(rlx2=True, steps=3_000_000) == (1_000_000, 100_000, 10_000)
+    assert replay(rlx2=True, steps=300_000) == (100_000, 10_000, 1_000)
+    assert replay(rlx2=True, steps=100_000) == (33_333, 3_333, 333)
+    assert replay(dynamic_buffer=True, steps=15_000) == (5_000, OLDEST, 50)  # the floor
+    assert replay(steps=100_000)[0] == 1_000_000
+    assert replay(rlx2=True, steps=100_000, replay_capacity=50_000, buffer_min=5_000) == (
+        50_000, 5_000, 333)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from edge_rl.config import TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.rlx2 import OLDEST
 
 
 @dataclass
@@ -95,9 +96,34 @@ def _resolve_rlx2(config: TrainConfig) -> TrainConfig:
             changes["nstep"] = 3  # RLx2's n
         if config.nstep_delay is None:
             changes["nstep_delay"] = config.steps // 10  # as 300k of the paper's 3M steps
-    if config.buffer_min is None:
-        changes["buffer_min"] = config.replay_capacity // 10  # as 1e5 of the paper's 1e6
+    changes.update(_replay_defaults(config, changes.get("dynamic_buffer", config.dynamic_buffer)))
     return config.replace(**changes)
+
+
+# RLx2's replay at its 3M env steps: at most 1e6 transitions, never shrunk below 1e5, checked
+# every 1e4 env steps. Scaled to the run as the same fractions of it (a third, a thirtieth, a
+# three-hundredth), so that a 100k-step run's buffer checks, shrinks and refills as often,
+# relative to its length, as the paper's: at a fixed 1e5 minimum a 100k run's buffer never
+# shrank (docs/sparse.md). Without the dynamic buffer the replay keeps 1e6.
+PAPER_STEPS = 3_000_000
+DEFAULT_REPLAY_CAPACITY = 1_000_000
+
+
+def rlx2_replay_budget(steps: int) -> dict[str, int]:
+    """replay_capacity, buffer_min and buffer_check_interval for a run of `steps` env steps
+    with RLx2's dynamic buffer."""
+    minimum = max(OLDEST, steps * 100_000 // PAPER_STEPS)
+    return {"replay_capacity": max(minimum, steps * 1_000_000 // PAPER_STEPS),
+            "buffer_min": minimum,
+            "buffer_check_interval": max(1, steps * 10_000 // PAPER_STEPS)}
+
+
+def _replay_defaults(config: TrainConfig, dynamic_buffer: bool) -> dict[str, int]:
+    budget = (rlx2_replay_budget(config.steps) if dynamic_buffer else
+              {"replay_capacity": DEFAULT_REPLAY_CAPACITY,
+               "buffer_min": DEFAULT_REPLAY_CAPACITY // 10,
+               "buffer_check_interval": 10_000})
+    return {name: value for name, value in budget.items() if getattr(config, name) is None}
 
 
 def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
