@@ -180,6 +180,13 @@ class Replay:
         offsets = np.linspace(0, self.size - 1, take).round().astype(np.int64)
         return self.data["observation"][(self.start + offsets) % self.capacity]
 
+    def drop_oldest(self, n: int) -> None:
+        """Forget the oldest `n` transitions; the capacity stays. Successor links only point
+        forward in time, so no kept transition loses one."""
+        n = max(0, min(int(n), self.size))
+        self.start = (self.start + n) % self.capacity
+        self.size -= n
+
     def resize(self, capacity: int) -> None:
         """New capacity; when it shrinks, the oldest transitions go."""
         keep = min(self.size, int(capacity))

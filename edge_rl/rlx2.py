@@ -9,7 +9,11 @@ them stable with two changes to where the targets come from:
     gamma^n on the bootstrap);
   * a dynamic-capacity replay: every `buffer_check_interval` env steps, compare the current
     deterministic action with the one the actor stored on the oldest transitions; when that
-    policy distance is above `buffer_threshold`, the oldest 10% go (never below `buffer_min`).
+    policy distance is above `buffer_threshold`, the oldest 10% go (not when the replay holds
+    `buffer_min` or fewer). The capacity stays: new data refills the replay, so while the old
+    data stays off-policy its size settles where a check's 10% equals one interval's inflow
+    (ten intervals of data), and it grows again once the policy settles. This is what RLx2's
+    code does (its buffer drops from the old end; its upper bound never moves).
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ def nstep_now(config: TrainConfig, env_steps: int) -> int:
 
 
 def policy_distance(current: np.ndarray, stored: np.ndarray, action: dict) -> float:
-    """Mean of |pi(s) - a|^2 / 2 over rows, with actions scaled to [-1, 1].
+    """Mean over rows and action dimensions of (pi(s) - a)^2 / 2, actions scaled to [-1, 1]:
+    per dimension, as RLx2's code (a mean squared error over the whole batch, halved), so that
+    its threshold 0.2 means the same for a 1-D and a 17-D action.
 
-    For discrete actions, one-hot vectors: the fraction of rows whose greedy action changed."""
+    For discrete actions: the fraction of rows whose greedy action changed."""
     if action["kind"] == "discrete":
         return float(np.mean(current != stored))
     low = np.asarray(action["low"], np.float64)
@@ -47,14 +53,13 @@ def policy_distance(current: np.ndarray, stored: np.ndarray, action: dict) -> fl
     def scaled(a: np.ndarray) -> np.ndarray:
         return 2.0 * (np.asarray(a, np.float64) - low) / (high - low) - 1.0
 
-    gap = scaled(current) - scaled(stored)
-    return float(np.mean(np.sum(gap.reshape(len(gap), -1) ** 2, axis=1) / 2.0))
+    return float(np.mean((scaled(current) - scaled(stored)) ** 2) / 2.0)
 
 
 def check_buffer(replay: Replay, greedy_actions: Callable[[np.ndarray], np.ndarray],
                  action: dict, threshold: float, minimum: int) -> float:
-    """Measure the policy distance on the oldest transitions; shrink `replay` if it is over
-    `threshold`. Returns the distance."""
+    """Measure the policy distance on the oldest transitions; drop the oldest 10% of `replay`
+    if it is over `threshold` and the replay holds more than `minimum`. Returns the distance."""
     if len(replay) == 0:
         return 0.0
     oldest = replay.positions()[:OLDEST]
@@ -62,8 +67,8 @@ def check_buffer(replay: Replay, greedy_actions: Callable[[np.ndarray], np.ndarr
     stored = replay.data["deterministic_action"][oldest]
     distance = policy_distance(greedy_actions(observations), stored, action)
     if distance > threshold and len(replay) > minimum:
-        capacity = max(minimum, len(replay) - int(SHRINK * len(replay)))
+        dropped = int(SHRINK * len(replay))
         log.info("replay: policy distance %.3f > %.3f on the oldest %d transitions; "
-                 "capacity %d -> %d", distance, threshold, len(oldest), replay.capacity, capacity)
-        replay.resize(capacity)
+                 "%d of %d dropped", distance, threshold, len(oldest), dropped, len(replay))
+        replay.drop_oldest(dropped)
     return distance
