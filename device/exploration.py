@@ -105,7 +105,10 @@ class Explorer:
         warming_up = self.steps < self.settings.random_steps
         self.steps += n
         if warming_up:
-            return self.random_actions(n), greedy
+            # the uniform policy acted: its action is also the one the replay compares the
+            # learner's policy with (RLx2's policy distance, as its code stores it)
+            random = self.random_actions(n)
+            return random, random
         kind = self.settings.kind
         if kind == "epsilon_greedy":
             explore = self.uniform.take(n) < self.epsilon()

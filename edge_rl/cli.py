@@ -84,8 +84,7 @@ RUN_OPTIONS = [
     click.option("--updates-per-step", type=float, help="Learner updates per env step inserted."),
     click.option("--warmup-steps", type=int, help="Env steps before the first update."),
     click.option("--replay-capacity", type=int,
-                 help="Transitions replay holds.  [default: 1000000; with --dynamic-buffer "
-                      "--steps / 3, RLx2's 1e6 of 3M]"),
+                 help="Transitions replay holds.  [default: 1000000]"),
     click.option("--nstep", type=int,
                  help="n-step returns.  [default: 3 for dqn and --delayed-nstep, 5 for d4pg, "
                       "else 1]"),
@@ -121,17 +120,19 @@ RUN_OPTIONS = [
     click.option("--delayed-nstep", is_flag=True, default=None,
                  help="1-step TD targets until --nstep-delay, then --nstep (default 3)."),
     click.option("--nstep-delay", type=int,
-                 help="Env steps of 1-step targets.  [default: 10% of --steps]"),
+                 help="Env steps of 1-step targets.  [default: half of --steps, at most "
+                      "300000]"),
     click.option("--dynamic-buffer", is_flag=True, default=None,
                  help="Drop the oldest 10% of replay when it is too off-policy."),
     click.option("--buffer-check-interval", type=int,
-                 help="Env steps between policy-distance checks.  [default: --steps / 300 "
-                      "with --dynamic-buffer, else 10000]"),
+                 help="Env steps between policy-distance checks.  [default: a tenth of "
+                      "--buffer-min]"),
     click.option("--buffer-threshold", type=float,
-                 help="Policy distance above which replay shrinks.  [default: 0.2]"),
+                 help="Policy distance above which the oldest 10% of replay go.  "
+                      "[default: 0.2]"),
     click.option("--buffer-min", type=int,
-                 help="Replay never shrinks below this.  [default: --steps / 30, at least "
-                      "2048, with --dynamic-buffer]"),
+                 help="Nothing is dropped from a replay this small.  [default: 100000, at "
+                      "most --steps / 3]"),
     click.option("--atoms", type=int,
                  help="D4PG: atoms of the critic's categorical support.  [default: 51]"),
     click.option("--v-min", type=float,

@@ -29,10 +29,16 @@ class Evolution:
         self.config, self.learner, self.replay, self.action = config, learner, replay, action
         self.writer, self.state = writer, state
         env_steps = state.env_steps
-        # prune takes many small steps; rigl and set replace connections less often
-        self.topology_interval = (max(1, config.topology_interval // 10)
-                                  if config.topology == "prune" else config.topology_interval)
-        self.next_topology = next_multiple(env_steps, self.topology_interval)
+        # Env steps between topology updates, per sparse group. prune takes many small steps
+        # on every network at once; rigl and set replace connections every interval of each
+        # network's own updates (TD3's actor, trained every 2nd update, every 2 intervals).
+        if config.topology == "prune":
+            self.topology_intervals = {None: max(1, config.topology_interval // 10)}
+        else:
+            self.topology_intervals = {group.name: config.topology_interval * group.update_period
+                                       for group in learner.built.groups}
+        self.next_topology = {group: next_multiple(env_steps, interval)
+                              for group, interval in self.topology_intervals.items()}
         self.next_buffer_check = next_multiple(env_steps, config.buffer_check_interval)
 
     def step(self, env_steps: int) -> None:
@@ -40,12 +46,22 @@ class Evolution:
         config = self.config
         self.replay.nstep = nstep_now(config, env_steps)
         topology = self.learner.topology
-        if (topology is not None and topology.active(env_steps) and self.learner.updates > 0
-                and env_steps >= self.next_topology):
-            self.next_topology = next_multiple(env_steps, self.topology_interval)
-            self.learner.update_topology(env_steps, self.replay.sample(config.batch_size))
-            self.state.topology_updates += 1
-            self.log_networks(env_steps)
+        if topology is not None and topology.active(env_steps) and self.learner.updates > 0:
+            due = [group for group, at in self.next_topology.items() if env_steps >= at]
+            for group in due:
+                self.next_topology[group] = next_multiple(env_steps,
+                                                          self.topology_intervals[group])
+            if due:
+                groups = None if due == [None] else due
+                self.learner.update_topology(env_steps, self.replay.sample(config.batch_size),
+                                             groups)
+                by_group = self.state.topology_updates_by_group
+                for name in groups or [group.name for group in self.learner.built.groups]:
+                    by_group[name] = by_group.get(name, 0) + 1
+                # counted per update event; the FLOPs count charges each one every group's
+                # dense gradient, a slight overcount when the actor evolves half as often
+                self.state.topology_updates += 1
+                self.log_networks(env_steps)
         if config.dynamic_buffer and env_steps >= self.next_buffer_check:
             self.next_buffer_check = next_multiple(env_steps, config.buffer_check_interval)
             distance = check_buffer(self.replay, self.learner.greedy_actions, self.action,

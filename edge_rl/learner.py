@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -136,16 +137,20 @@ class Learner:
         _, loss = tf.while_loop(lambda k, _: k < count, update, (tf.constant(0), 0.0))
         return loss
 
-    def update_topology(self, env_steps: int, batch: dict[str, np.ndarray]) -> list:
-        """One topology update of the sparse networks (RigL grows by the dense gradient of
-        each group's loss on `batch`, one minibatch). Returns the changes per layer."""
+    def update_topology(self, env_steps: int, batch: dict[str, np.ndarray],
+                        groups: Collection[str] | None = None) -> list:
+        """One topology update of the sparse networks of `groups` (None: all; RigL grows by
+        the dense gradient of each group's loss on `batch`, one minibatch). Returns the
+        changes per layer."""
         from edge_rl.sparse.topology import kernel_gradients
 
         gradients = None
         if self.topology.method == "rigl":
             losses = self.built.losses(to_experience(batch))
+            if groups is not None:
+                losses = {name: loss for name, loss in losses.items() if name in groups}
             gradients = kernel_gradients(self.topology, losses)
-        return self.topology.update(env_steps, gradients)
+        return self.topology.update(env_steps, gradients, groups)
 
     def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
         """The fp32 network's noise-free actions (what an actor stores as deterministic)."""

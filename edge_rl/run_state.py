@@ -32,6 +32,7 @@ class RunState:
     last_eval: dict[str, Any] | None = None
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     topology_updates: int = 0
+    topology_updates_by_group: dict[str, int] = field(default_factory=dict)  # per sparse group
     ledger: dict[str, Any] = field(default_factory=dict)  # (actor id, seq) ranges in replay
     actors: dict[str, int] = field(default_factory=dict)  # actor id -> index
     log_position: Position = (0, 0)  # the replay is as of this replay-log position

@@ -33,8 +33,10 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
         "learner_updates_per_second": training.loop_update_rate,
         "topology": training.config.topology,
         "topology_updates": training.state.topology_updates,
+        "topology_updates_by_group": training.state.topology_updates_by_group,
         "networks": training.evolution.network_report(),
         "replay_capacity": training.replay.capacity,
+        "replay_size": len(training.replay),
         "nstep": training.replay.nstep,
         "policy_bytes": len(training.exchange.policy[1]) if training.exchange.policy else None,
         "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}

@@ -45,11 +45,15 @@ def test_random_warmup_steps_ignore_the_policy():
     settings = ExplorationSettings(kind="gaussian", noise_std=0.0, random_steps=1000)
     explorer = Explorer(settings, BOX, np.random.default_rng(0))
     greedy = np.zeros((1000, 2), np.float32)
-    actions, _ = explorer(greedy, greedy)
+    actions, deterministic = explorer(greedy, greedy)
     assert actions[:, 1].min() >= 0.0 and actions[:, 1].max() <= 4.0
     assert actions[:, 1].std() > 1.0  # uniform on [0, 4]
-    actions, _ = explorer(greedy, greedy)  # warm-up over: greedy + zero noise
+    # what the replay stores as the behaviour's action (RLx2's policy distance) is the random
+    # action that was taken, not the untrained network's
+    np.testing.assert_array_equal(deterministic, actions)
+    actions, deterministic = explorer(greedy, greedy)  # warm-up over: greedy + zero noise
     np.testing.assert_array_equal(actions, greedy)
+    np.testing.assert_array_equal(deterministic, greedy)
 
 
 def test_sac_sampling_matches_tf_agents_distribution():

@@ -58,16 +58,22 @@ def continuous_batch(n, start, action):
     )
 
 
-def test_policy_distance_scales_actions_to_unit_range():
+def test_policy_distance_is_per_action_dimension_in_unit_range():
     stored = np.array([[-2.0, 0.0], [2.0, 1.0]], np.float32)
     current = np.array([[2.0, 0.0], [2.0, 0.5]], np.float32)
-    # row 0: gap 2 in [-1, 1] units on the first action; row 1: gap 1 on the second
-    assert policy_distance(current, stored, ACTION) == pytest.approx((4 / 2 + 1 / 2) / 2)
+    # in [-1, 1] units: row 0 is 2 off on the first dimension, row 1 is 1 off on the second;
+    # the mean squared gap over the 4 elements, halved (RLx2's mse_loss / 2)
+    assert policy_distance(current, stored, ACTION) == pytest.approx((4 + 0 + 0 + 1) / 4 / 2)
+    # so a gap of g on every dimension reads g^2 / 2 whatever the action's size
+    for dims in (1, 6, 17):
+        box = {"kind": "continuous", "shape": [dims], "low": [-1.0] * dims, "high": [1.0] * dims}
+        gap = np.full((5, dims), 0.5, np.float32)
+        assert policy_distance(gap, np.zeros_like(gap), box) == pytest.approx(0.125)
     discrete = {"kind": "discrete", "n": 3}
     assert policy_distance(np.array([0, 1, 2, 2]), np.array([0, 1, 1, 0]), discrete) == 0.5
 
 
-def test_dynamic_buffer_shrinks_the_oldest_and_stops_at_its_minimum():
+def test_dynamic_buffer_drops_the_oldest_keeps_its_capacity_and_refills():
     replay = Replay(10_000, (1,), (2,), "float32", gamma=0.99, nstep=1, seed=0)
     replay.insert(0, continuous_batch(5_000, 0, [-2.0, 0.0]))
     seen = []
@@ -82,25 +88,29 @@ def test_dynamic_buffer_shrinks_the_oldest_and_stops_at_its_minimum():
     assert check_buffer(replay, near, ACTION, threshold=0.2, minimum=3_000) == 0.0
     assert replay.capacity == 10_000 and len(replay) == 5_000
     distance = check_buffer(replay, far, ACTION, threshold=0.2, minimum=3_000)
-    assert distance == pytest.approx((4 + 4) / 2)
+    assert distance == pytest.approx(4 / 2)  # every element 2 apart in [-1, 1] units
     assert np.array_equal(seen[0], np.arange(OLDEST))  # measured on the oldest transitions
-    assert replay.capacity == len(replay) == 4_500
+    assert len(replay) == 4_500 and replay.capacity == 10_000
     assert replay.data["observation"][replay.positions()[0], 0] == 500  # the oldest 10% went
     sizes = []
     for _ in range(6):
         check_buffer(replay, far, ACTION, threshold=0.2, minimum=3_000)
-        sizes.append(replay.capacity)
-    assert sizes == [4_050, 3_645, 3_281, 3_000, 3_000, 3_000]
-    # a shrunk replay keeps working as a ring of its new size
-    replay.insert(0, continuous_batch(100, 5_000, [-2.0, 0.0]))
-    assert len(replay) == 3_000
-    assert replay.data["observation"][replay.positions()[-1], 0] == 5_099
+        sizes.append(len(replay))
+    # nothing is dropped once the replay holds the minimum or fewer
+    assert sizes == [4_050, 3_645, 3_281, 2_953, 2_953, 2_953]
+    # new data refills it up to the unchanged capacity, and n-step links still hold
+    replay.insert(0, continuous_batch(7_000, 5_000, [-2.0, 0.0]))
+    assert len(replay) == 9_953 and replay.capacity == 10_000
+    assert replay.data["observation"][replay.positions()[-1], 0] == 11_999
+    replay.nstep = 3
+    rows = replay.sample(256)
+    assert np.allclose(rows["next_observation"][:, 0] - rows["observation"][:, 0], 3)
 
 
-def test_rlx2_replay_defaults_scale_with_the_run_as_the_papers_3m():
-    """RLx2's replay at 3M env steps: at most 1e6, never below 1e5, a check every 1e4. A run
-    of any length gets the same fractions of it; without the dynamic buffer, 1e6 and no
-    scaling; a flag given wins."""
+def test_rlx2_replay_defaults_keep_the_papers_data_and_fit_short_runs():
+    """RLx2's replay at 3M env steps: at most 1e6, nothing dropped at 1e5 or fewer, a check
+    every 1e4. The minimum is data: 1e5 for any run of 300k or more, a third of a shorter run;
+    the check every tenth of the minimum; without the dynamic buffer, 1e6; a flag given wins."""
     from edge_rl.agents import get_algorithm
     from edge_rl.agents.base import resolve_defaults
 
@@ -111,9 +121,25 @@ def test_rlx2_replay_defaults_scale_with_the_run_as_the_papers_3m():
         return config.replay_capacity, config.buffer_min, config.buffer_check_interval
 
     assert replay(rlx2=True, steps=3_000_000) == (1_000_000, 100_000, 10_000)
-    assert replay(rlx2=True, steps=300_000) == (100_000, 10_000, 1_000)
-    assert replay(rlx2=True, steps=100_000) == (33_333, 3_333, 333)
-    assert replay(dynamic_buffer=True, steps=15_000) == (5_000, OLDEST, 50)  # the floor
-    assert replay(steps=100_000)[0] == 1_000_000
+    assert replay(rlx2=True, steps=300_000) == (1_000_000, 100_000, 10_000)
+    assert replay(rlx2=True, steps=100_000) == (1_000_000, 33_333, 3_333)
+    assert replay(dynamic_buffer=True, steps=3_000) == (1_000_000, OLDEST, OLDEST // 10)
+    assert replay(steps=100_000) == (1_000_000, 100_000, 10_000)
     assert replay(rlx2=True, steps=100_000, replay_capacity=50_000, buffer_min=5_000) == (
-        50_000, 5_000, 333)
+        50_000, 5_000, 500)
+    assert replay(rlx2=True, steps=100_000, buffer_check_interval=700)[1:] == (33_333, 700)
+
+
+def test_rlx2_switches_to_nstep_targets_at_half_the_run_at_most_the_papers_300k():
+    from edge_rl.agents import get_algorithm
+    from edge_rl.agents.base import resolve_defaults
+
+    def delay(**given):
+        config = resolve_defaults(get_algorithm("td3"), TrainConfig(algo="td3", env="Hopper-v5",
+                                                                    **given))
+        return config.nstep, config.nstep_delay
+
+    assert delay(rlx2=True, steps=100_000) == (3, 50_000)
+    assert delay(rlx2=True, steps=300_000) == (3, 150_000)
+    assert delay(rlx2=True, steps=3_000_000) == (3, 300_000)
+    assert delay(rlx2=True, steps=100_000, nstep_delay=10_000) == (3, 10_000)

@@ -1,95 +1,196 @@
-"""RLx2's comparison on this machine: TD3 on HalfCheetah-v5 with 90%/85% sparse networks.
+"""RLx2's comparison on this machine, resumable: dense, RigL and RLx2 per env, the ablations and
+the ultimate compression ratio.
 
-One run directory per method and seed under --out; finished runs are skipped, interrupted ones
-resumed from their last checkpoint, so the driver can be stopped and started again. It prints
-the estimated total time first, then trains, exports each run's int8 policy, and writes the
-paper-style table (score = mean of the last 10 evaluations, as % of dense with a 95% bootstrap
-interval over seeds; parameters, training and inference FLOPs and the int8 file relative to
-dense).
+    python tools/bench_sparse.py [--plan campaign|table1|sac] [--steps 300000] [--seeds 0 1 2]
+        [--out runs/bench_sparse] [--only REGEX] [--max-runs N] [--dry-run] [--table-only]
 
-    python tools/bench_sparse.py --steps 100000 --seeds 0 1 2          # everything
-    python tools/bench_sparse.py --table-only                           # the table so far
+Plans (one run per setting and seed; run names say algo, env, method, sparsity and seed):
+- campaign (issue 21): TD3 on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, dense, RigL and RLx2 at
+  the paper's actor/critic sparsity for the env; then RLx2's two ablations on HalfCheetah-v5
+  (rlx2-no-delay: 3-step targets from the start; rlx2-no-buffer: no dynamic replay); then the
+  compression sweep on Hopper-v5, RigL and RLx2 at 0.9/0.85, 0.95/0.9 and 0.98/0.95.
+- table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
+  parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
+- sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2.
 
-Methods (RLx2, Table 1): dense; tiny (dense, as many parameters as the sparse nets); static
-(a fixed random mask); SET; RigL; RLx2 (RigL + delayed 3-step targets + dynamic replay).
+Runs go seed by seed, so a slice of the work already compares methods. Each finished run's
+int8 policy is exported (dense also in fp32, the size baseline). Finished runs are skipped,
+interrupted ones resumed from their last checkpoint; Ctrl-C stops the current run cleanly and
+the same command goes on. No TensorFlow in this process: runs are subprocesses.
+
+The tables (OUT/table.md, printed too), per algo, env and budget: score = mean of the last 10
+evaluations (every 5,000 steps, 10 episodes); % of dense with a 95% bootstrap interval over
+seeds; parameters, training and inference FLOPs relative to dense; the int8 file and what is
+sent and stored; the paper's % of dense beside it. Where several sparsities ran: the ultimate
+compression ratio, the sparsest setting whose mean is within 3% of dense's (the paper's
+definition), as 1 / (its parameters relative to dense).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-import time
+import logging
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from actorq_compare import (
+    EDGE_RL,
+    checkpoint_steps,
+    read_summary,
+    run_logged,
+    run_until_interrupted,
+    slug,
+)
 
-EDGE_RL = str(Path(sys.executable).parent / "edge-rl")
+log = logging.getLogger("bench_sparse")
+
 METHODS = {
-    "dense": [],
-    "tiny": ["--tiny"],
-    "static": ["--topology", "static"],
-    "set": ["--topology", "set"],
-    "rigl": ["--topology", "rigl"],
-    "rlx2": ["--topology", "rigl", "--rlx2"],
+    "dense": (),
+    "tiny": ("--tiny",),
+    "static": ("--topology", "static"),
+    "set": ("--topology", "set"),
+    "rigl": ("--topology", "rigl"),
+    "rlx2": ("--topology", "rigl", "--rlx2"),
+    "rlx2-no-delay": ("--topology", "rigl", "--dynamic-buffer", "--nstep", "3"),
+    "rlx2-no-buffer": ("--topology", "rigl", "--delayed-nstep"),
 }
-SPARSE = ("tiny", "static", "set", "rigl", "rlx2")  # methods that take the sparsity flags
+# RLx2 (Tan et al., ICLR 2023), Table 1 at 3M steps: actor/critic sparsity per algo and env, and
+# each method's score as % of dense.
+PAPER = {
+    ("td3", "HalfCheetah-v5"): ((0.9, 0.85), {"tiny": 86.3, "static": 77.1, "set": 92.6,
+                                              "rigl": 90.8, "rlx2": 99.8}),
+    ("td3", "Hopper-v5"): ((0.98, 0.95), {"tiny": 64.5, "static": 67.7, "set": 66.5,
+                                          "rigl": 90.6, "rlx2": 97.0}),
+    ("td3", "Walker2d-v5"): ((0.97, 0.95), {"tiny": 60.8, "static": 42.9, "set": 39.3,
+                                            "rigl": 35.7, "rlx2": 98.1}),
+    ("sac", "HalfCheetah-v5"): ((0.9, 0.8), {"tiny": 95.0, "static": 75.4, "set": 94.8,
+                                             "rigl": 89.8, "rlx2": 102.2}),
+}
+SWEEP = ((0.9, 0.85), (0.95, 0.9), (0.98, 0.95))  # the compression sweep's (actor, critic)
+WITHIN = 3.0  # % of dense: the paper's "ultimate compression ratio" criterion
 LAST_EVALUATIONS = 10
-GUESS_STEPS_PER_SECOND = 230  # TD3 on HalfCheetah here, before any run has finished
+EVAL_FLAGS = ("--eval-every", "5000", "--eval-episodes", "10", "--no-carbon")
+STEPS_PER_SECOND = 300.0  # TD3 on MuJoCo here, before a run of the setting has finished
+FIXED_SECONDS = 40.0  # start-up and the exports
 
 
-def finished(run: Path) -> dict | None:
-    summary = run / "summary.json"
-    if not summary.is_file():
-        return None
-    doc = json.loads(summary.read_text())
-    return doc if doc.get("stop_reason", "").startswith("reached") else None
+@dataclass(frozen=True)
+class Setting:
+    algo: str
+    env: str
+    steps: int
+    method: str
+    sparsity: tuple[float, float] | None = None  # (actor, critic); None for dense
+
+    @property
+    def label(self) -> str:
+        if self.sparsity is None:
+            return self.method
+        actor, critic = self.sparsity
+        return f"{self.method}-a{round(actor * 100)}c{round(critic * 100)}"
+
+    def flags(self) -> list[str]:
+        flags = list(METHODS[self.method])
+        if self.sparsity is not None:
+            flags += ["--sparsity", str(self.sparsity[0]),
+                      "--critic-sparsity", str(self.sparsity[1])]
+        return flags
 
 
-def train_command(args, method: str, seed: int, run: Path) -> list[str]:
-    command = [EDGE_RL, "train", "--algo", "td3", "--env", args.env, "--steps", str(args.steps),
-               "--seed", str(seed), "--out", str(run), "--eval-every", str(args.eval_every),
-               "--eval-episodes", str(args.eval_episodes),
-               "--topology-interval", str(args.topology_interval)]
-    if method in SPARSE:
-        command += ["--sparsity", str(args.sparsity), "--critic-sparsity",
-                    str(args.critic_sparsity)]
-    command += METHODS[method]
-    if (run / "checkpoints" / "latest").is_file():
-        command.append("--resume")
-    return command
+@dataclass(frozen=True)
+class Run:
+    setting: Setting
+    seed: int
+    run_dir: Path
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir.with_name(self.run_dir.name + ".log")
+
+    def exports(self) -> list[str]:
+        return ["int8", "fp32"] if self.setting.method == "dense" else ["int8"]
+
+    def exported(self) -> bool:
+        return all((self.run_dir / f"policy-{p}.tflite").is_file() for p in self.exports())
+
+    def trained(self) -> dict | None:
+        summary = read_summary(self.run_dir)
+        return summary if summary and summary.get("stop_reason") != "interrupted" else None
+
+    def status(self) -> str:
+        """done, export (trained, not exported), resume (a checkpoint) or new."""
+        if self.trained():
+            return "done" if self.exported() else "export"
+        return "resume" if checkpoint_steps(self.run_dir) is not None else "new"
+
+    def train_command(self, status: str) -> list[str]:
+        s, out = self.setting, str(self.run_dir.resolve())
+        if status == "resume":
+            return [*EDGE_RL, "train", "--resume", "--out", out]
+        return [*EDGE_RL, "train", "--algo", s.algo, "--env", s.env, "--steps", str(s.steps),
+                "--seed", str(self.seed), "--out", out, *EVAL_FLAGS, *s.flags()]
 
 
-def run_all(args) -> None:
-    todo = [(m, s) for s in args.seeds for m in args.methods  # seed by seed: a table early
-            if finished(args.out / f"{m}-{s}") is None]
-    done = [finished(args.out / f"{m}-{s}") for s in args.seeds for m in args.methods]
-    rates = [d["steps"] / d["wall_clock_seconds"] for d in done if d]
-    rate = float(np.median(rates)) if rates else GUESS_STEPS_PER_SECOND
-    per_run = args.steps / rate + 30  # + start-up and export
-    print(f"{len(todo)} of {len(args.methods) * len(args.seeds)} runs to do, about "
-          f"{per_run / 60:.0f} min each at {rate:.0f} env steps/s: "
-          f"~{len(todo) * per_run / 3600:.1f} h in all", flush=True)
-    for method, seed in todo:
-        run = args.out / f"{method}-{seed}"
-        start = time.monotonic()
-        print(f"[{time.strftime('%H:%M')}] {method} seed {seed} -> {run}", flush=True)
-        log = args.out / f"{method}-{seed}.log"
-        run.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a") as out:
-            code = subprocess.call(train_command(args, method, seed, run), stdout=out,
-                                   stderr=subprocess.STDOUT)
-            # the int8 policy (and its packed form); dense also in fp32, the size baseline
-            for precision in ("int8", "fp32") if method == "dense" else ("int8",):
-                if code == 0:
-                    code = subprocess.call([EDGE_RL, "export", str(run), f"--{precision}",
-                                            "--verify-episodes", "0"], stdout=out,
-                                           stderr=subprocess.STDOUT)
-        if code != 0:
-            sys.exit(f"{method} seed {seed} failed (exit {code}); see {log}")
-        print(f"    done in {(time.monotonic() - start) / 60:.1f} min", flush=True)
+def plan_runs(plan: str, steps: int, seeds: list[int], out: Path) -> list[Run]:
+    """The plan's runs in the order they are made (see the module's doc)."""
+    def at_paper_sparsity(algo: str, env: str, methods: tuple[str, ...]) -> list[Setting]:
+        sparsity = PAPER[(algo, env)][0]
+        return [Setting(algo, env, steps, m, None if m == "dense" else sparsity) for m in methods]
 
+    main: list[Setting] = []
+    extra: list[Setting] = []
+    if plan == "campaign":
+        for env in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
+            main += at_paper_sparsity("td3", env, ("dense", "rigl", "rlx2"))
+        extra += at_paper_sparsity("td3", "HalfCheetah-v5", ("rlx2-no-delay", "rlx2-no-buffer"))
+        extra += [Setting("td3", "Hopper-v5", steps, m, s) for s in SWEEP for m in ("rigl", "rlx2")]
+    elif plan == "table1":
+        main = at_paper_sparsity("td3", "HalfCheetah-v5", ("dense", "tiny", "static", "set",
+                                                           "rigl", "rlx2"))
+    elif plan == "sac":
+        main = at_paper_sparsity("sac", "HalfCheetah-v5", ("dense", "rigl", "rlx2"))
+    else:
+        raise SystemExit(f"unknown plan {plan!r}")
+    runs: list[Run] = []
+    for settings in (main, extra):
+        for seed in seeds:
+            for s in settings:
+                run = Run(s, seed, out / f"{s.algo}-{slug(s.env)}-{s.steps // 1000}k" /
+                          f"{s.label}-s{seed}")
+                if run not in runs:  # the sweep's 0.98/0.95 on Hopper is the main setting
+                    runs.append(run)
+    return runs
+
+
+def execute(run: Run, status: str) -> bool:
+    """Train (or resume) the run, then export it; True if every step exited 0."""
+    if status != "export" and not run_logged(run.run_dir.name, run.train_command(status),
+                                             run.log_file, status == "resume"):
+        return False
+    return all(run_logged(f"{run.run_dir.name} export {precision}",
+                          [*EDGE_RL, "export", str(run.run_dir.resolve()), f"--{precision}",
+                           "--verify-episodes", "0"], run.log_file, False)
+               for precision in run.exports())
+
+
+def estimate_seconds(run: Run, status: str, runs: list[Run]) -> float:
+    """From finished runs of the same algo, env, budget and method; else a rate guess."""
+    if status == "done":
+        return 0.0
+    if status == "export":
+        return FIXED_SECONDS
+    same = [s["wall_clock_seconds"] for r in runs
+            if (r.setting.algo, r.setting.env, r.setting.steps, r.setting.method) ==
+            (run.setting.algo, run.setting.env, run.setting.steps, run.setting.method)
+            if (s := r.trained())]
+    whole = (float(np.mean(same)) if same else run.setting.steps / STEPS_PER_SECOND)
+    done = min(checkpoint_steps(run.run_dir) or 0, run.setting.steps) if status == "resume" else 0
+    return FIXED_SECONDS + whole * (1 - done / run.setting.steps)
+
+
+# -- the tables ---------------------------------------------------------------------------------
 
 def score(summary: dict) -> float:
     returns = [e["mean"] for e in summary["evaluations"]]
@@ -98,7 +199,7 @@ def score(summary: dict) -> float:
 
 def bootstrap_ratio(values: list[float], dense: list[float], rng, samples: int = 10_000
                     ) -> tuple[float, float]:
-    """95% interval of mean(values) / mean(dense), resampling seeds of each."""
+    """95% interval of mean(values) / mean(dense) in %, resampling seeds of each."""
     values, dense = np.asarray(values), np.asarray(dense)
     a = rng.choice(values, (samples, len(values))).mean(axis=1)
     b = rng.choice(dense, (samples, len(dense))).mean(axis=1)
@@ -106,82 +207,161 @@ def bootstrap_ratio(values: list[float], dense: list[float], rng, samples: int =
     return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
-def policy_bytes(run: Path) -> tuple[int, int]:
-    plain = run / "policy-int8.tflite"
-    packed = run / "policy-int8.tflite.xz"
+def file_sizes(run_dir: Path) -> tuple[int, int]:
+    """The int8 file's bytes, and what is sent and stored (its xz form for sparse runs)."""
+    plain = run_dir / "policy-int8.tflite"
+    packed = run_dir / "policy-int8.tflite.xz"
     size = plain.stat().st_size if plain.is_file() else 0
     return size, packed.stat().st_size if packed.is_file() else size
 
 
-def table(args) -> str:
-    rng = np.random.default_rng(0)
-    runs = {m: {s: finished(args.out / f"{m}-{s}") for s in args.seeds} for m in args.methods}
-    runs = {m: {s: d for s, d in by_seed.items() if d} for m, by_seed in runs.items()}
-    if not runs.get("dense"):
-        return "no finished dense run yet: nothing to compare with"
-    dense_scores = [score(d) for d in runs["dense"].values()]
-    dense_ref = next(iter(runs["dense"].values()))
-    dense_params = sum(g["nonzero_parameters"] for g in dense_ref["networks"]["groups"].values())
-    dense_train = dense_ref["networks"]["train_flops"] / dense_ref["updates"]
-    dense_infer = dense_ref["networks"]["inference_flops"]
-    dense_run = args.out / f"dense-{next(iter(runs['dense']))}"
-    dense_file = policy_bytes(dense_run)[0]
-    dense_fp32 = (dense_run / "policy-fp32.tflite").stat().st_size
-    lines = [
-        f"TD3 {args.env}, {args.steps} env steps, actor/critic sparsity "
-        f"{args.sparsity}/{args.critic_sparsity}; score = mean of the last "
-        f"{LAST_EVALUATIONS} evaluations ({args.eval_episodes} episodes each, every "
-        f"{args.eval_every} steps)",
-        "",
-        "| method | seeds | score (mean ± sd) | % of dense [95% CI] | params | train FLOPs | "
-        "infer FLOPs | int8 file | sent and stored (vs dense fp32) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for method, by_seed in runs.items():
-        if not by_seed:
+def parameters(summary: dict) -> int:
+    return sum(g["nonzero_parameters"] for g in summary["networks"]["groups"].values())
+
+
+@dataclass
+class Row:
+    setting: Setting
+    runs: list[Run]
+    summaries: list[dict]
+
+    @property
+    def scores(self) -> list[float]:
+        return [score(s) for s in self.summaries]
+
+
+def rows_of(runs: list[Run]) -> dict[tuple[str, str, int], list[Row]]:
+    """Finished runs grouped by (algo, env, steps), one Row per setting."""
+    groups: dict[tuple[str, str, int], dict[Setting, Row]] = {}
+    for run in runs:
+        if (summary := run.trained()) is None:
             continue
-        scores = [score(d) for d in by_seed.values()]
-        ref = next(iter(by_seed.values()))
-        groups = ref["networks"]["groups"]
-        params = sum(g["nonzero_parameters"] for g in groups.values()) / dense_params
-        train = ref["networks"]["train_flops"] / ref["updates"] / dense_train
-        infer = ref["networks"]["inference_flops"] / dense_infer
-        plain, packed = policy_bytes(args.out / f"{method}-{next(iter(by_seed))}")
-        plain = plain or dense_file
-        percent = 100 * np.mean(scores) / np.mean(dense_scores)
-        low, high = bootstrap_ratio(scores, dense_scores, rng)
+        s = run.setting
+        group = groups.setdefault((s.algo, s.env, s.steps), {})
+        row = group.setdefault(s, Row(s, [], []))
+        row.runs.append(run)
+        row.summaries.append(summary)
+    return {key: list(group.values()) for key, group in groups.items()}
+
+
+def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
+    algo, env, steps = key
+    dense = next((r for r in rows if r.setting.method == "dense"), None)
+    lines = [f"## {algo.upper()} {env}, {steps:,} env steps", ""]
+    if dense is None:
+        return lines + ["No finished dense run yet: nothing to compare with.", ""]
+    ref = dense.summaries[0]
+    dense_params = parameters(ref)
+    dense_train = ref["networks"]["train_flops"] / ref["updates"]
+    dense_infer = ref["networks"]["inference_flops"]
+    dense_fp32 = dense.runs[0].run_dir / "policy-fp32.tflite"
+    fp32_bytes = dense_fp32.stat().st_size if dense_fp32.is_file() else 0
+    paper = PAPER.get((algo, env), (None, {}))[1]
+    lines += ["| method | seeds | score (mean ± sd) | % of dense [95% CI] | paper (3M) | params "
+              "| train FLOPs | infer FLOPs | int8 file | sent and stored (vs dense fp32) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        summary = row.summaries[0]
+        scores = row.scores
+        low, high = bootstrap_ratio(scores, dense.scores, rng)
+        percent = 100 * np.mean(scores) / np.mean(dense.scores)
+        plain, packed = file_sizes(row.runs[0].run_dir)
+        stored = (f"{packed / 1024:.1f} KiB ({fp32_bytes / packed:.1f}x < fp32)"
+                  if packed and fp32_bytes else "-")
+        published = paper.get(row.setting.method) if row.setting.sparsity == PAPER.get(
+            (algo, env), (None,))[0] else None
         lines.append(
-            f"| {method} | {len(scores)} | {np.mean(scores):.0f} ± {np.std(scores):.0f} | "
-            f"{percent:.1f} [{low:.1f}, {high:.1f}] | {params:.3f} | {train:.3f} | "
-            f"{infer:.3f} | {plain / 1024:.1f} KiB | {packed / 1024:.1f} KiB "
-            f"({dense_fp32 / max(packed, 1):.1f}x < fp32) |"
-        )
+            f"| {row.setting.label} | {len(scores)} | {np.mean(scores):.0f} ± "
+            f"{np.std(scores):.0f} | {percent:.1f} [{low:.1f}, {high:.1f}] | "
+            f"{'-' if published is None else published} | "
+            f"{parameters(summary) / dense_params:.3f} | "
+            f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
+            f"{summary['networks']['inference_flops'] / dense_infer:.3f} | "
+            f"{plain / 1024:.1f} KiB | {stored} |")
+    lines.append("")
+    return lines + compression_table(rows, dense) + [""]
+
+
+def compression_table(rows: list[Row], dense: Row) -> list[str]:
+    """Per sparse method run at several sparsities: the sparsest within WITHIN% of dense."""
+    lines = []
+    dense_mean = float(np.mean(dense.scores))
+    dense_params = parameters(dense.summaries[0])
+    for method in dict.fromkeys(r.setting.method for r in rows):
+        swept = sorted((r for r in rows if r.setting.method == method and r.setting.sparsity),
+                       key=lambda r: parameters(r.summaries[0]), reverse=True)
+        if len(swept) < 2:
+            continue
+        within = [r for r in swept if np.mean(r.scores) >= (1 - WITHIN / 100) * dense_mean]
+        best = min(within, key=lambda r: parameters(r.summaries[0]), default=None)
+        ratio = (f"{dense_params / parameters(best.summaries[0]):.1f}x "
+                 f"({best.setting.label}, {len(best.scores)} seeds)" if best else
+                 f"none of {len(swept)} settings within {WITHIN:.0f}% of dense")
+        lines.append(f"Ultimate compression ratio, {method}: {ratio}.")
+    return lines
+
+
+def tables(runs: list[Run]) -> str:
+    rng = np.random.default_rng(0)
+    lines = ["# RLx2's comparison", "",
+             f"Score: mean of the last {LAST_EVALUATIONS} greedy evaluations (every 5,000 env "
+             "steps, 10 episodes). % of dense: 95% bootstrap interval over seeds. Params and "
+             "FLOPs: actor and critics, relative to dense. Paper: RLx2's Table 1 (3M steps) "
+             "where the sparsity is the paper's.", ""]
+    for key, rows in rows_of(runs).items():
+        lines += env_table(key, rows, rng)
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/bench_sparse"))
-    parser.add_argument("--env", default="HalfCheetah-v5")
-    parser.add_argument("--steps", type=int, default=100_000)
+def print_plan(runs: list[Run]) -> None:
+    statuses = [r.status() for r in runs]
+    seconds = [estimate_seconds(r, s, runs) for r, s in zip(runs, statuses, strict=True)]
+    for run, status, estimate in zip(runs, statuses, seconds, strict=True):
+        name = f"{run.run_dir.parent.name}/{run.run_dir.name}"
+        note = "" if status == "done" else f"~{estimate / 60:.0f} min"
+        print(f"{name:<56} {status:<7} {note}")
+    todo = sum(1 for s in statuses if s != "done")
+    print(f"{len(runs)} runs, {todo} to do: ~{sum(seconds) / 3600:.1f} h estimated")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", choices=["campaign", "table1", "sac"], default="campaign")
+    parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--sparsity", type=float, default=0.9)
-    parser.add_argument("--critic-sparsity", type=float, default=0.85)
-    parser.add_argument("--eval-every", type=int, default=5_000)
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--topology-interval", type=int, default=10_000)
-    parser.add_argument("--table-only", action="store_true")
-    args = parser.parse_args()
-    if "dense" not in args.methods:
-        args.methods.insert(0, "dense")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_sparse"))
+    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose path matches.")
+    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
+    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
+    parser.add_argument("--table-only", action="store_true", help="Run nothing; tabulate.")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    args = parse_args(argv)
+    runs = [r for r in plan_runs(args.plan, args.steps, args.seeds, args.out)
+            if args.only is None or re.search(args.only, str(r.run_dir))]
+    if not runs:
+        log.error("no run matches --only %r", args.only)
+        return 2
+    print_plan(runs)
+    if args.dry_run:
+        return 0
+    failed: list[Run] = []
     if not args.table_only:
-        run_all(args)
-    text = table(args)
-    print(text)
-    (args.out / "table.md").parent.mkdir(parents=True, exist_ok=True)
+        failed = run_until_interrupted(runs, args.max_runs, Run.status, execute)
+        if failed is None:
+            return 130
+    text = tables(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(text + "\n")
+    print(text)
+    for run in failed:
+        log.error("failed: %s (log: %s)", run.run_dir, run.log_file)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

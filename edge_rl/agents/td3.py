@@ -94,7 +94,7 @@ class TD3:
         groups = [
             # target actor (1) + actor loss (1/d) forward; actor loss backward (1/d)
             SparseGroup("actor", "actor", [actor], [agent._target_actor_network],
-                        actor_optimizer, passes=(1 + 1 / d, 1 / d)),
+                        actor_optimizer, passes=(1 + 1 / d, 1 / d), update_period=d),
             # 2 target + 2 online critics forward, critic 1 in the actor loss; backward: the
             # two critic losses, and critic 1 again for the actor's gradient
             SparseGroup("critic", "critic", [agent._critic_network_1, agent._critic_network_2],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,9 +141,11 @@ class Topology:
 
     # -- updates ---------------------------------------------------------------------------------
 
-    def update(self, step: int, gradients: dict[str, Any] | None = None) -> list[TopologyChange]:
-        """One topology update at env step `step`. rigl needs `gradients`: layer name -> the
-        dense gradient of the layer's loss with respect to its kernel (see `kernel_gradients`).
+    def update(self, step: int, gradients: dict[str, Any] | None = None,
+               groups: Collection[str] | None = None) -> list[TopologyChange]:
+        """One topology update at env step `step` of the layers of `groups` (None: all). rigl
+        needs `gradients`: layer name -> the dense gradient of the layer's loss with respect to
+        its kernel (see `kernel_gradients`).
         """
         if not self.active(step):
             return []
@@ -152,6 +155,8 @@ class Topology:
         rng = np.random.default_rng([self.seed, step])
         changes = []
         for layer in self.layers:
+            if groups is not None and layer.group not in groups:
+                continue
             kernel, mask_var = kernel_and_mask(layer.wrapper)
             weights = kernel.numpy().ravel()
             mask = mask_var.numpy().ravel() > 0.5
