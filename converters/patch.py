@@ -175,6 +175,12 @@ class PolicyPatcher:
         self.observation_shape = tuple(int(d) for d in metadata.observation_shape)
         self.layers = [layer for layer in model.layers
                        if isinstance(layer, tf.keras.layers.Dense)]
+        # Weights of any other layer (a convolution, a nested model) would stay as the first
+        # conversion had them in every file written, at every precision: refuse them here.
+        for layer in model.layers:
+            if layer.weights and not isinstance(layer, tf.keras.layers.Dense):
+                raise NotPatchable(f"{layer.name}: a {type(layer).__name__} layer with weights; "
+                                   "the patcher writes only Dense layers' weights")
         if not self.layers or any(not layer.use_bias for layer in self.layers):
             raise NotPatchable("patching needs Dense layers with biases")
         # A bias of exactly zero (as every bias starts) is dropped by the converter, leaving

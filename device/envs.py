@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from edge_rl.device.errors import UserError
+from edge_rl.device.observations import observation_kind
 
 CONTROL_SUITE = "dm_control/"  # shimmy's namespace: dm_control/<domain>-<task>-v0
 
@@ -62,14 +63,9 @@ def make_env(env_id: str, seed: int | None = None):
 
 
 def observation_shape(space) -> tuple[int, ...]:
-    """The float32 observation shape an env gives; only Box observations are supported."""
-    import gymnasium as gym
-
-    if not isinstance(space, gym.spaces.Box):
-        raise UserError(
-            f"observation space {type(space).__name__} is not supported (edge-rl needs a Box)"
-        )
-    return tuple(int(d) for d in space.shape)
+    """One observation's shape as stored, by its kind (edge_rl.device.observations); a
+    one-line error for spaces no kind handles (images, for now)."""
+    return observation_kind(space).shape(space)
 
 
 def action_spec(space) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import fields
 import numpy as np
 
 from edge_rl.device.envs import make_env
+from edge_rl.device.observations import VECTOR, observation_kind
 from edge_rl.device.wire import Transitions
 
 _FIELDS = tuple(f.name for f in fields(Transitions))
@@ -21,12 +22,13 @@ _FIELDS = tuple(f.name for f in fields(Transitions))
 class BatchBuilder:
     """Preallocated arrays filled with rows of transitions; hands out each batch when full."""
 
-    def __init__(self, size: int, obs_shape: tuple[int, ...], action_example: np.ndarray):
+    def __init__(self, size: int, obs_shape: tuple[int, ...], action_example: np.ndarray,
+                 obs_dtype: str = VECTOR.stored_dtype):
         self.size = size
         action = np.asarray(action_example)
         shapes = {
-            "observation": ((*obs_shape,), np.float32),
-            "next_observation": ((*obs_shape,), np.float32),
+            "observation": ((*obs_shape,), np.dtype(obs_dtype)),
+            "next_observation": ((*obs_shape,), np.dtype(obs_dtype)),
             "action": (action.shape, action.dtype),
             "deterministic_action": (action.shape, action.dtype),
             "reward": ((), np.float32),
@@ -65,10 +67,11 @@ class Rollout:
     def __init__(self, env_id: str, num_envs: int, seed: int, batch_size: int,
                  action_example: np.ndarray):
         self.envs = [make_env(env_id) for _ in range(num_envs)]
+        self.kind = observation_kind(self.envs[0].observation_space)
         first = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(self.envs)]
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed * 1000 + i)
-        self.obs = np.stack(first).astype(np.float32)
+        self.obs = self.kind.as_stored(np.stack(first))
         self._next_obs = np.zeros_like(self.obs)
         self._reward = np.zeros(num_envs, np.float32)
         self._terminated = np.zeros(num_envs, bool)
@@ -79,7 +82,8 @@ class Rollout:
         self.episode_returns = np.zeros(num_envs, np.float64)
         self.finished_returns: list[float] = []  # returns of episodes ended since last taken
         self.env_steps = 0
-        self.builder = BatchBuilder(batch_size, self.obs.shape[1:], action_example)
+        self.builder = BatchBuilder(batch_size, self.obs.shape[1:], action_example,
+                                    self.kind.stored_dtype)
 
     def step(self, actions: np.ndarray, deterministic_actions: np.ndarray) -> list[Transitions]:
         """Step every copy with its action; returns the batches this step completed."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from edge_rl.device import wire_pb2
 from edge_rl.device.accounting import ACTOR_PARTS
+from edge_rl.device.observations import VECTOR
 
 PROTOCOL_VERSION = 1
 POLICY_CHUNK_BYTES = 1 << 20  # 1 MiB: well under gRPC's default 4 MB message limit
@@ -96,8 +97,8 @@ def encode_batch(
         incarnation=incarnation,
         seq=seq,
         policy_version=policy_version,
-        observation=to_tensor(t.observation.astype(np.float32, copy=False)),
-        next_observation=to_tensor(t.next_observation.astype(np.float32, copy=False)),
+        observation=to_tensor(VECTOR.as_stored(t.observation)),
+        next_observation=to_tensor(VECTOR.as_stored(t.next_observation)),
         action=to_tensor(t.action),
         deterministic_action=to_tensor(t.deterministic_action),
         reward=to_tensor(t.reward.astype(np.float32, copy=False)),
@@ -164,8 +165,10 @@ def validate_batch(
     batch: wire_pb2.TrajectoryBatch,
     observation_shape: tuple[int, ...],
     action: dict,
+    observation_dtype: str = VECTOR.stored_dtype,
 ) -> Transitions:
-    """Check a batch against the run's specs and return it as arrays."""
+    """Check a batch against the run's specs (observations stored as their kind stores them,
+    edge_rl.device.observations) and return it as arrays."""
     obs = from_tensor(batch.observation, "observation")
     n = obs.shape[0] if obs.ndim else -1
     if n <= 0:
@@ -185,11 +188,11 @@ def validate_batch(
     else:
         action_dtype, action_shape = "float32", (n, *action["shape"])
     t = Transitions(
-        observation=check("observation", obs, "float32", (n, *observation_shape)),
+        observation=check("observation", obs, observation_dtype, (n, *observation_shape)),
         next_observation=check(
             "next_observation",
             from_tensor(batch.next_observation, "next_observation"),
-            "float32",
+            observation_dtype,
             (n, *observation_shape),
         ),
         action=check("action", from_tensor(batch.action, "action"), action_dtype, action_shape),

@@ -96,3 +96,23 @@ def test_eval_runs_an_xz_packed_policy(cartpole_policy, tmp_path):
         return stdout.split("return:")[1].split()[0]
 
     assert mean_return(result.stdout) == mean_return(plain.stdout)
+
+
+def test_an_image_env_is_refused_in_one_line(tmp_path):
+    """uint8 frames have no observation kind yet: one line and exit 2, not a traceback from
+    deep inside TF-Agents."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from conftest import EDGE_RL
+
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tests), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([EDGE_RL, "train", "--out", str(tmp_path / "run"), "--env",
+                             "support.image_env:Frames-v0"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    check_one_line_error(result, "image observations are not supported yet")
+    assert "[42, 42, 3]" in result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

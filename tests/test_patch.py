@@ -97,6 +97,22 @@ def test_a_network_without_biases_is_not_patchable():
         PolicyPatcher(model, "fp32", None, meta)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_a_layer_it_cannot_patch_is_refused_at_every_precision(precision):
+    """A conv layer's weights would ship as first converted in every broadcast: refused, so
+    the learner converts in full (and says so) instead."""
+    inputs = tf.keras.Input((8, 8, 1))
+    hidden = tf.keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    outputs = tf.keras.layers.Dense(2)(tf.keras.layers.Flatten()(hidden))
+    model = tf.keras.Model(inputs, outputs)
+    meta = PolicyMetadata(env_id="Frames-v0", algo="dqn", precision=precision,
+                          output="q_values", observation_shape=(8, 8, 1),
+                          action={"kind": "discrete", "n": 2})
+    calibration = np.random.default_rng(0).random((64, 8, 8, 1), np.float32)
+    with pytest.raises(NotPatchable, match="conv: a Conv2D layer"):
+        PolicyPatcher(model, precision, calibration, meta)
+
+
 def test_activation_ranges_leave_the_rarest_values_out():
     """One value in 2000 far out does not stretch an activation's int8 grid."""
     values = np.concatenate([np.linspace(0.0, 1.0, 1999), [50.0]])

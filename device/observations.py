@@ -1,0 +1,68 @@
+"""Observation kinds: what edge-rl does with an env's observations, decided in one place.
+
+An `ObservationKind` says, for the observation spaces it accepts, the shape and dtype that
+rollouts batch, the wire carries and the replay stores, and how raw observations become that
+dtype. The env description, rollouts, the wire, the replay and the device's policy input ask
+the kind instead of assuming float vectors.
+
+One kind exists: `vector`, any Box of numbers of rank 1 (plus the Control Suite's dict
+observations, flattened by edge_rl.device.envs), stored and fed as float32. Image observations
+(a uint8 Box of rank 2 or 3, e.g. Atari frames) are recognised and refused with one line until
+their kind exists; so is anything else no kind accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edge_rl.device.errors import UserError
+
+
+@dataclass(frozen=True)
+class ObservationKind:
+    """How observations of one kind are shaped, stored and fed."""
+
+    name: str
+    stored_dtype: str  # in rollouts, on the wire and in replay
+
+    def accepts(self, space: Any) -> bool:
+        """Whether this kind handles observations from `space` (a gymnasium space)."""
+        import gymnasium as gym
+
+        return (isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+                and np.issubdtype(space.dtype, np.number))
+
+    def shape(self, space: Any) -> tuple[int, ...]:
+        """One observation's shape as stored."""
+        return tuple(int(d) for d in space.shape)
+
+    def as_stored(self, observations: Any) -> np.ndarray:
+        """Raw observations (one or a batch) in the stored dtype."""
+        return np.asarray(observations, dtype=self.stored_dtype)
+
+
+VECTOR = ObservationKind("vector", "float32")
+KINDS = {VECTOR.name: VECTOR}
+
+
+def is_image(space: Any) -> bool:
+    """A uint8 Box of rank 2 or 3: frames, as Atari and MinAtar-style envs give."""
+    import gymnasium as gym
+
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+            and len(space.shape) in (2, 3))
+
+
+def observation_kind(space: Any) -> ObservationKind:
+    """The kind that handles `space`; a one-line UserError where none does."""
+    for kind in KINDS.values():
+        if kind.accepts(space):
+            return kind
+    if is_image(space):
+        raise UserError(f"image observations are not supported yet (this env gives uint8 "
+                        f"frames of shape {list(space.shape)})")
+    raise UserError(f"observation space {space} is not supported (edge-rl needs a 1-D Box "
+                    "of numbers)")
