@@ -22,6 +22,7 @@ import time
 import grpc
 import numpy as np
 
+from edge_rl.core import Worker
 from edge_rl.device.accounting import (
     DEFAULT_CPU_WATTS,
     ProcessEnergy,
@@ -114,7 +115,7 @@ class OfflinePace:
             time.sleep(min(due - now, 1.0))
 
 
-class Actor:
+class Actor(Worker):
     """Acts in `num_envs` env copies and streams transitions to a learner until told to stop."""
 
     def __init__(self, client: LearnerClient, spool: Spool, max_steps: int | None = None,

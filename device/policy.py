@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_rl.core import ActorPolicy
 from edge_rl.device.policy_file import (
     TWO_OUTPUT_KINDS,
     PolicyFileError,
@@ -35,7 +36,7 @@ from edge_rl.device.tflite_file import custom_op_names
 log = logging.getLogger(__name__)
 
 
-class Policy:
+class Policy(ActorPolicy):
     """Runs the exported actor network; `act` gives greedy actions, `outputs` the raw ones.
 
     `delegate`: None (the CPU) or a name in edge_rl.device.runtime.DELEGATES ("edgetpu").
@@ -181,9 +182,6 @@ class Policy:
         """The noise-free action for each row of network outputs."""
         return greedy_actions(self.metadata.output, outputs, self.low, self.high)
 
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        """Greedy actions for a batch of observations (shape [batch, *observation_shape])."""
-        return self.greedy(self.outputs(observations))
 
 
 def _tensor_quantization(details: dict) -> tuple[float, int]:

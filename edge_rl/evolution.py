@@ -7,11 +7,14 @@ interval of env steps has passed (and, for topology updates, once learning has s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_rl.config import TrainConfig
-from edge_rl.replay import Replay
+from edge_rl.core import ReplayBuffer
 from edge_rl.rlx2 import check_buffer, nstep_now
+
+if TYPE_CHECKING:  # the sparse groups and topology are this learner's, not the interface's
+    from edge_rl.learner import Learner
 
 
 def next_multiple(value: int, every: int) -> int:
@@ -19,7 +22,7 @@ def next_multiple(value: int, every: int) -> int:
 
 
 class Evolution:
-    def __init__(self, config: TrainConfig, learner: Any, replay: Replay, action: dict,
+    def __init__(self, config: TrainConfig, learner: Learner, replay: ReplayBuffer, action: dict,
                  writer: Any, state: Any):
         """`state`: the run's RunState, whose env_steps and topology_updates (counted over
         the whole run, saved with each checkpoint) this reads and updates."""

@@ -18,6 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from edge_rl.core import PolicyExchange
 from edge_rl.device.wire import BatchCosts, Transitions
 from edge_rl.replay_log import Position, ReplayLog
 
@@ -130,7 +131,7 @@ class LearnerStopping(RuntimeError):
     """A batch offered once the learner has stopped taking them."""
 
 
-class Exchange:
+class Exchange(PolicyExchange):
     """Accepted batches for the learner, the ledger, the newest policy and the actor table."""
 
     def __init__(self, replay_log: ReplayLog, ledger: Ledger | None = None,

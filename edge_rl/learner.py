@@ -12,6 +12,7 @@ import numpy as np
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
+from edge_rl import core
 from edge_rl.agents.base import AgentFactory, BuiltAgent
 from edge_rl.config import TrainConfig
 from edge_rl.device.policy_file import PolicyMetadata
@@ -70,7 +71,7 @@ def to_experience(batch: dict[str, np.ndarray]) -> trajectory.Trajectory:
     return tf.nest.map_structure(lambda x: tf.convert_to_tensor(x[0]), to_trajectory(batch, 1))
 
 
-class Learner:
+class Learner(core.Learner):
     """One agent: `step` trains on a minibatch, `publish` exports the actor network."""
 
     def __init__(

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_rl.core import ReplayBuffer
+from edge_rl.device.observations import VECTOR
 from edge_rl.device.wire import Transitions
 
 _FIELDS = (
@@ -25,7 +27,7 @@ _FIELDS = (
 )
 
 
-class Replay:
+class Replay(ReplayBuffer):
     """Uniform replay over the newest `capacity` transitions."""
 
     def __init__(
@@ -37,14 +39,15 @@ class Replay:
         gamma: float,
         nstep: int = 1,
         seed: int = 0,
+        observation_dtype: str = VECTOR.stored_dtype,  # as the observation kind stores them
     ):
         self.capacity = int(capacity)
         self.gamma = float(gamma)
         self.nstep = int(nstep)
         self.rng = np.random.default_rng(seed)
         self._shapes = {
-            "observation": (tuple(observation_shape), np.float32),
-            "next_observation": (tuple(observation_shape), np.float32),
+            "observation": (tuple(observation_shape), np.dtype(observation_dtype)),
+            "next_observation": (tuple(observation_shape), np.dtype(observation_dtype)),
             "action": (tuple(action_shape), np.dtype(action_dtype)),
             "deterministic_action": (tuple(action_shape), np.dtype(action_dtype)),
             "reward": ((), np.float32),
@@ -180,26 +183,17 @@ class Replay:
         offsets = np.linspace(0, self.size - 1, take).round().astype(np.int64)
         return self.data["observation"][(self.start + offsets) % self.capacity]
 
+    def oldest(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        positions = self.positions()[:n]
+        return (self.data["observation"][positions],
+                self.data["deterministic_action"][positions])
+
     def drop_oldest(self, n: int) -> None:
         """Forget the oldest `n` transitions; the capacity stays. Successor links only point
         forward in time, so no kept transition loses one."""
         n = max(0, min(int(n), self.size))
         self.start = (self.start + n) % self.capacity
         self.size -= n
-
-    def resize(self, capacity: int) -> None:
-        """New capacity; when it shrinks, the oldest transitions go."""
-        keep = min(self.size, int(capacity))
-        old_positions = self.positions()[self.size - keep :]
-        remap = np.full(self.capacity, -1, np.int64)
-        remap[old_positions] = np.arange(keep)
-        new = self._allocate(int(capacity))
-        for name in _FIELDS:
-            new[name][:keep] = self.data[name][old_positions]
-        successor = new["successor"][:keep]
-        new["successor"][:keep] = np.where(successor >= 0, remap[np.maximum(successor, 0)], -1)
-        self._tails = {k: int(remap[p]) for k, p in self._tails.items() if remap[p] >= 0}
-        self.data, self.capacity, self.start, self.size = new, int(capacity), 0, keep
 
     # -- checkpoints --------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from edge_rl.config import TrainConfig
-from edge_rl.replay import Replay
+from edge_rl.core import ReplayBuffer
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +56,17 @@ def policy_distance(current: np.ndarray, stored: np.ndarray, action: dict) -> fl
     return float(np.mean((scaled(current) - scaled(stored)) ** 2) / 2.0)
 
 
-def check_buffer(replay: Replay, greedy_actions: Callable[[np.ndarray], np.ndarray],
+def check_buffer(replay: ReplayBuffer, greedy_actions: Callable[[np.ndarray], np.ndarray],
                  action: dict, threshold: float, minimum: int) -> float:
     """Measure the policy distance on the oldest transitions; drop the oldest 10% of `replay`
     if it is over `threshold` and the replay holds more than `minimum`. Returns the distance."""
     if len(replay) == 0:
         return 0.0
-    oldest = replay.positions()[:OLDEST]
-    observations = replay.data["observation"][oldest]
-    stored = replay.data["deterministic_action"][oldest]
+    observations, stored = replay.oldest(OLDEST)
     distance = policy_distance(greedy_actions(observations), stored, action)
     if distance > threshold and len(replay) > minimum:
         dropped = int(SHRINK * len(replay))
         log.info("replay: policy distance %.3f > %.3f on the oldest %d transitions; "
-                 "%d of %d dropped", distance, threshold, len(oldest), dropped, len(replay))
+                 "%d of %d dropped", distance, threshold, len(stored), dropped, len(replay))
         replay.drop_oldest(dropped)
     return distance

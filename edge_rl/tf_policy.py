@@ -28,6 +28,7 @@ import numpy as np
 from tf_agents.policies import policy_saver, py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
+from edge_rl.core import ActorPolicy
 from edge_rl.device.errors import PolicyFileError
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf
@@ -138,7 +139,7 @@ def _write_tree(root: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(data)
 
 
-class TFAgentsPolicy:
+class TFAgentsPolicy(ActorPolicy):
     """A published TF-Agents policy with the device Policy's interface (`outputs`, `greedy`,
     `act`, `metadata`, `version`).
 
@@ -193,7 +194,4 @@ class TFAgentsPolicy:
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         return outputs
-
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        return self.outputs(observations)
 

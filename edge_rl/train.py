@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from edge_rl import core
 from edge_rl.agents import get_algorithm
 from edge_rl.agents.base import check_action_space, resolve_defaults
 from edge_rl.best_policy import (
@@ -94,10 +95,11 @@ class Training:
         if config.lockstep:
             tf.config.experimental.enable_op_determinism()
         self.tf = tf
-        self.learner = Learner(self.factory, config, self.observation_shape, self.action)
+        self.learner: core.Learner = Learner(self.factory, config, self.observation_shape,
+                                             self.action)
         self.mark("agent_built")
         discrete = self.action["kind"] == "discrete"
-        self.replay = Replay(
+        self.replay: core.ReplayBuffer = Replay(
             config.replay_capacity,
             self.observation_shape,
             () if discrete else tuple(self.action["shape"]),
@@ -112,7 +114,7 @@ class Training:
             self.costs.restore(self.state.costs)
         self.ingest = Ingest(self.run_dir / "replay-log", self.replay, self.state.ledger,
                              self.state.actors, self.state.log_position)
-        self.exchange = self.ingest.exchange
+        self.exchange: core.PolicyExchange = self.ingest.exchange
         if resume:
             batches, transitions = self.ingest.recover(self.observation_shape, self.action,
                                                        self.account)

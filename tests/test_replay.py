@@ -79,18 +79,24 @@ def test_ring_overwrite_never_splices_episodes():
     assert set(int(a) for a in replay.data["action"]) == {2, 3, 4, 5}
 
 
-def test_resize_drops_oldest_and_keeps_links(tmp_path):
+def test_drop_oldest_keeps_links_and_the_ring_refills():
     replay = Replay(10, (1,), (), "int64", gamma=GAMMA, nstep=2, seed=0)
     replay.insert(0, batch(1, list(range(8)), [1.0] * 8))
-    replay.resize(5)
-    assert len(replay) == 5 and replay.capacity == 5
-    assert sorted(int(a) for a in replay.data["action"]) == [3, 4, 5, 6, 7]
+    replay.drop_oldest(3)
+    assert len(replay) == 5 and replay.capacity == 10
+    observations, actions = replay.oldest(2)
+    assert observations[:, 0].tolist() == [3.0, 4.0] and actions.tolist() == [3, 4]
     rows = sample_all(replay, [3, 6, 7])
     assert rows[3]["reward"] == pytest.approx(1 + GAMMA)
     assert rows[7]["reward"] == pytest.approx(1.0)
-    replay.insert(0, batch(1, [8], [1.0]))  # the open episode continues after the resize
-    rows = sample_all(replay, [7])
+    # the open episode continues, and the ring wraps over the dropped slots
+    replay.insert(0, batch(1, list(range(8, 15)), [1.0] * 7))
+    assert len(replay) == 10
+    assert sorted(int(a) for a in replay.data["action"]) == list(range(5, 15))
+    rows = sample_all(replay, [7, 13, 14])
     assert rows[7]["reward"] == pytest.approx(1 + GAMMA)
+    assert rows[13]["reward"] == pytest.approx(1 + GAMMA)
+    assert rows[14]["reward"] == pytest.approx(1.0)
 
 
 def test_save_and_load_round_trip(tmp_path):
