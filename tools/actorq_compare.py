@@ -355,6 +355,44 @@ def run_until_interrupted(runs: list, max_runs: int | None, status_of=None,
         return None
 
 
+def add_driver_arguments(parser: argparse.ArgumentParser, out: str, report_flag: str) -> None:
+    """The options every resumable driver here shares; `report_flag` (--report-only,
+    --table-only) runs nothing and writes the report."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
+    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
+    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
+    parser.add_argument(report_flag, dest="report_only", action="store_true",
+                        help="Run nothing; write the report.")
+
+
+def drive(runs: list, args: argparse.Namespace, print_plan, execute_one, report,
+          report_file: Path) -> int:
+    """A resumable driver's main: print the plan; unless --dry-run, make the unfinished runs
+    (not with --report-only), then write `report(runs)` to `report_file` and print it. Exit
+    status: 2 if nothing matched, 130 if interrupted, 1 if a run failed."""
+    if not runs:
+        log.error("no run matches --only %r", args.only)
+        return 2
+    print_plan(runs)
+    if args.dry_run:
+        return 0
+    failed = []
+    if not args.report_only:
+        failed = run_until_interrupted(runs, args.max_runs, lambda run: run.status(),
+                                       execute_one)
+        if failed is None:
+            return 130
+    text = report(runs)
+    report_file.parent.mkdir(parents=True, exist_ok=True)
+    report_file.write_text(text + "\n")
+    print(text)
+    for run in failed:
+        log.error("failed: %s (log: %s)", run.run_dir.name, run.log_file)
+    return 1 if failed else 0
+
+
 def parse_thresholds(pairs: list[str]) -> dict[str, float]:
     thresholds = dict(THRESHOLDS)
     for pair in pairs:

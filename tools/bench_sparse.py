@@ -37,10 +37,11 @@ from pathlib import Path
 import numpy as np
 from actorq_compare import (
     EDGE_RL,
+    add_driver_arguments,
     checkpoint_steps,
+    drive,
     read_summary,
     run_logged,
-    run_until_interrupted,
     slug,
 )
 
@@ -328,12 +329,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plan", choices=["campaign", "table1", "sac"], default="campaign")
     parser.add_argument("--steps", type=int, default=300_000)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", type=Path, default=Path("runs/bench_sparse"))
-    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose path matches.")
-    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
-    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
-    parser.add_argument("--table-only", action="store_true", help="Run nothing; tabulate.")
+    add_driver_arguments(parser, "runs/bench_sparse", "--table-only")
     return parser.parse_args(argv)
 
 
@@ -343,24 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs = [r for r in plan_runs(args.plan, args.steps, args.seeds, args.out)
             if args.only is None or re.search(args.only, str(r.run_dir))]
-    if not runs:
-        log.error("no run matches --only %r", args.only)
-        return 2
-    print_plan(runs)
-    if args.dry_run:
-        return 0
-    failed: list[Run] = []
-    if not args.table_only:
-        failed = run_until_interrupted(runs, args.max_runs, Run.status, execute)
-        if failed is None:
-            return 130
-    text = tables(runs)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text(text + "\n")
-    print(text)
-    for run in failed:
-        log.error("failed: %s (log: %s)", run.run_dir, run.log_file)
-    return 1 if failed else 0
+    return drive(runs, args, print_plan, execute, tables, args.out / "table.md")
 
 
 if __name__ == "__main__":

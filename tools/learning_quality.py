@@ -37,10 +37,11 @@ from pathlib import Path
 
 from actorq_compare import (
     EDGE_RL,
+    add_driver_arguments,
     checkpoint_steps,
+    drive,
     read_summary,
     run_logged,
-    run_until_interrupted,
     slug,
 )
 
@@ -222,13 +223,13 @@ def report(runs: list[Run]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", type=Path, default=Path("runs/learning"))
-    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
-    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
-    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
-    parser.add_argument("--report-only", action="store_true", help="Run nothing; report.")
+    add_driver_arguments(parser, "runs/learning", "--report-only")
     return parser.parse_args(argv)
+
+
+def print_status(runs: list[Run]) -> None:
+    for run in runs:
+        print(f"{run.run_dir.name:<50} {run.status()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,25 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs = [r for r in plan_runs(args.suite, args.seeds, args.out)
             if args.only is None or re.search(args.only, r.run_dir.name)]
-    if not runs:
-        log.error("no run matches --only %r", args.only)
-        return 2
-    for run in runs:
-        print(f"{run.run_dir.name:<50} {run.status()}")
-    if args.dry_run:
-        return 0
-    failed = []
-    if not args.report_only:
-        failed = run_until_interrupted(runs, args.max_runs, Run.status, execute)
-        if failed is None:
-            return 130
-    text = report(runs)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.md").write_text(text + "\n")
-    print(text)
-    for run in failed:
-        log.error("failed: %s (log: %s)", run.run_dir.name, run.log_file)
-    return 1 if failed else 0
+    return drive(runs, args, print_status, execute, report, args.out / "report.md")
 
 
 if __name__ == "__main__":
