@@ -60,7 +60,8 @@ def cli(verbose: bool) -> None:
 RUN_OPTIONS = [
     click.option("--env",
                  help="Gymnasium env id, or package.module:EnvId.  [default: CartPole-v1]"),
-    click.option("--algo", help="dqn, td3, sac or d4pg.  [default: dqn]"),
+    click.option("--algo", help="dqn, td3, sac or d4pg, or MODULE:NAME for an algorithm that "
+                 "module registers (edge_rl.agents.register).  [default: dqn]"),
     click.option("--steps", type=int, help="Env steps to train for.  [default: 100000]"),
     click.option("--actors", type=int,
                  help="Local actor processes.  [default: 1; learner: 0]"),

@@ -67,7 +67,7 @@ class TrainConfig:
     gamma: float = 0.99
     updates_per_step: float | None = None  # learner updates per inserted env step
     warmup_steps: int | None = None  # transitions in replay before the first update
-    replay_capacity: int | None = None  # None: 1,000,000; with --dynamic-buffer steps / 3
+    replay_capacity: int | None = None  # None: 1,000,000
     nstep: int | None = None  # n-step returns
     max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
 
@@ -128,7 +128,7 @@ class TrainConfig:
 
     @property
     def sparsities(self) -> dict[str, float]:
-        """Target sparsity per role (see edge_rl.agents.base.SparseGroup)."""
+        """Target sparsity per role (see edge_rl.algorithm.SparseGroup)."""
         critic = self.sparsity if self.critic_sparsity is None else self.critic_sparsity
         return {"actor": self.sparsity, "critic": critic}
 

@@ -89,7 +89,8 @@ class Evolution:
             for layer in report["layers"]:
                 scalar(f"sparse_layers/{layer['group']}/{layer['layer']}", layer["sparsity"])
             for name in ("train_flops_vs_dense", "inference_flops_vs_dense"):
-                scalar(f"sparse/{name}", report[name])
+                if name in report:
+                    scalar(f"sparse/{name}", report[name])
 
     def log_replay(self, env_steps: int) -> None:
         with self.writer.as_default(step=env_steps):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import resolve_defaults
+from edge_rl.algorithm import resolve_defaults
 from edge_rl.best_policy import GREEDY_ROWS, evenly_spaced
 from edge_rl.checkpoint import write_bytes
 from edge_rl.config import EXPORT_PRECISIONS, TrainConfig
@@ -139,7 +139,7 @@ class RunExport:
         summary = self.run_dir / "summary.json"
         if summary.is_file():  # counted by the run over all its updates
             networks = json.loads(summary.read_text()).get("networks")
-            if networks:
+            if networks and "train_flops_vs_dense" in networks:
                 critic = networks["groups"].get("critic", {}).get("sparsity", "-")
                 lines.append(f"FLOPs vs dense: training {networks['train_flops_vs_dense']:.3f}, "
                              f"inference {networks['inference_flops_vs_dense']:.3f}; critic "

@@ -13,7 +13,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from edge_rl import core
-from edge_rl.agents.base import AgentFactory, BuiltAgent
+from edge_rl.algorithm import AgentFactory, BuiltAgent
 from edge_rl.config import TrainConfig
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from edge_rl import core
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import check_action_space, resolve_defaults
+from edge_rl.algorithm import check_action_space, resolve_defaults
 from edge_rl.best_policy import (
     HOLDOUT_SIZE,
     RECENT_ROWS,
@@ -357,15 +357,13 @@ class Training:
         if config.actors == 0:
             log.info("learner listening on %s:%d for actors (run %s)", config.host, port,
                      self.state.run_id)
-        if self.learner.updates == 0 and self.state.env_steps == 0:
-            self.checkpoint()  # from now on, --resume always has a checkpoint to start from
-        # Actors first: their start-up (a new interpreter, imports, envs) overlaps the first
-        # conversion; they wait for its policy.
-        actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs",
-                             token_file=config.token_file, tls_ca=config.tls_cert)
-        self.mark("actors_started")
-        self.publish()
-        self.mark("first_policy")
+        try:
+            actors = self._start(port)
+        except BaseException:
+            # Nothing to checkpoint yet. The server's threads would keep the process waiting
+            # for ever instead of reporting the error (_start stops its actors itself).
+            server.stop(grace=0)
+            raise
         # Ctrl-C and SIGTERM only raise a flag that the loop checks between steps: an exception
         # raised in the middle of a TensorFlow call can leave it unable to write the final
         # checkpoint. A second Ctrl-C interrupts at once. The handler is set even when the run
@@ -375,9 +373,6 @@ class Training:
         previous_sigterm = signal.signal(signal.SIGTERM, self._request_stop)
         next_eval = next_multiple(self.state.env_steps, config.eval_every)
         next_checkpoint = next_multiple(self.state.env_steps, config.checkpoint_every)
-        self.evolution = Evolution(config, self.learner, self.replay, self.action, self.writer,
-                                   self.state)
-        self.evolution.log_networks(self.state.env_steps)
         bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
                    unit="step", dynamic_ncols=True, disable=None,
                    desc=f"{config.algo} {config.env}")
@@ -454,6 +449,28 @@ class Training:
             server.stop(grace=2.0)
             self.exchange.drop_pending()
         return self.finish(interrupted)
+
+    def _start(self, port: int) -> LocalActors:
+        """What happens between the server's start and the loop's: the first checkpoint, the
+        local actors, the first policy, the schedule of topology and replay changes."""
+        config = self.config
+        if self.learner.updates == 0 and self.state.env_steps == 0:
+            self.checkpoint()  # from now on, --resume always has a checkpoint to start from
+        # Actors first: their start-up (a new interpreter, imports, envs) overlaps the first
+        # conversion; they wait for its policy.
+        actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs",
+                             token_file=config.token_file, tls_ca=config.tls_cert)
+        self.mark("actors_started")
+        try:  # stop the actor processes if what follows fails
+            self.publish()
+            self.mark("first_policy")
+            self.evolution = Evolution(config, self.learner, self.replay, self.action,
+                                       self.writer, self.state)
+            self.evolution.log_networks(self.state.env_steps)
+        except BaseException:
+            actors.stop()
+            raise
+        return actors
 
     def finish(self, interrupted: bool) -> dict[str, Any]:
         if not interrupted and (

@@ -12,7 +12,7 @@ SMALL_SUPPORT = {"atoms": 5, "v_min": -2.0, "v_max": 2.0}  # z = -2, -1, 0, 1, 2
 def build(gamma=0.99, hidden=(16, 16), **config_options):
     """A D4PG factory's BuiltAgent on Pendulum-v1's specs."""
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
     from edge_rl.tf_setup import tf
 
@@ -27,7 +27,7 @@ def build(gamma=0.99, hidden=(16, 16), **config_options):
 
 def learner(**config_options):
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
     from edge_rl.learner import Learner
     from edge_rl.tf_setup import tf
@@ -216,8 +216,8 @@ def test_builds_on_pendulum_specs_from_describe_env():
 
 def test_each_actor_explores_at_its_own_scale():
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
     from edge_rl.agents.d4pg import actor_noise_scales
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
 
     assert actor_noise_scales(0.2, 1) == [0.2]
@@ -240,7 +240,7 @@ def test_each_actor_explores_at_its_own_scale():
 ])
 def test_a_bad_support_is_a_user_error(options, fragment):
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
 
     config = TrainConfig(algo="d4pg", env="Pendulum-v1", algo_options=options)
@@ -251,7 +251,7 @@ def test_a_bad_support_is_a_user_error(options, fragment):
 
 def test_cli_flags_reach_algo_options():
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.cli import run_config
 
     config = run_config(False, None, {"algo": "d4pg", "atoms": 11, "v_min": -5.0,

@@ -58,8 +58,8 @@ def test_random_warmup_steps_ignore_the_policy():
 
 def test_sac_sampling_matches_tf_agents_distribution():
     """The device samples SAC actions like TF-Agents' squashed Gaussian actor does."""
-    from edge_rl.agents.networks import SquashedGaussianActor
-    from edge_rl.agents.specs import tf_specs
+    from edge_rl.agents.parts.networks import SquashedGaussianActor
+    from edge_rl.agents.parts.specs import tf_specs
     from edge_rl.tf_setup import tf
 
     low, high = np.asarray([-2.0, 0.0], np.float32), np.asarray([2.0, 1.0], np.float32)
@@ -87,12 +87,12 @@ def test_a_sac_file_outputs_the_greedy_action_first_and_actors_sample_its_second
     TFLite runtime; the actor's explorer samples the Gaussian of output 1, as TF-Agents does."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from edge_rl.agents.networks import (
+    from edge_rl.agents.parts.networks import (
         SquashedGaussianActor,
         export_model,
         squashed_gaussian_outputs,
     )
-    from edge_rl.agents.specs import tf_specs
+    from edge_rl.agents.parts.specs import tf_specs
     from edge_rl.converters import convert
     from edge_rl.device import Policy
     from edge_rl.tf_setup import tf

@@ -7,7 +7,7 @@ import pytest
 from conftest import edge_rl
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import resolve_defaults
+from edge_rl.algorithm import resolve_defaults
 from edge_rl.best_policy import random_observations
 from edge_rl.config import TrainConfig
 from edge_rl.converters.verify import (

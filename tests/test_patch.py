@@ -7,7 +7,7 @@ import pytest
 from test_converter import recorded_observations
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import resolve_defaults
+from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.converters import convert, patch
 from edge_rl.converters.patch import NotPatchable, PolicyPatcher, covered_range

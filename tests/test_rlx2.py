@@ -112,7 +112,7 @@ def test_rlx2_replay_defaults_keep_the_papers_data_and_fit_short_runs():
     every 1e4. The minimum is data: 1e5 for any run of 300k or more, a third of a shorter run;
     the check every tenth of the minimum; without the dynamic buffer, 1e6; a flag given wins."""
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
 
     def replay(**given):
         config = resolve_defaults(get_algorithm("td3"), TrainConfig(algo="td3", env="Hopper-v5",
@@ -132,7 +132,7 @@ def test_rlx2_replay_defaults_keep_the_papers_data_and_fit_short_runs():
 
 def test_rlx2_switches_to_nstep_targets_at_half_the_run_at_most_the_papers_300k():
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
 
     def delay(**given):
         config = resolve_defaults(get_algorithm("td3"), TrainConfig(algo="td3", env="Hopper-v5",

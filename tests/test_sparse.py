@@ -44,7 +44,7 @@ def test_flops_of_a_two_layer_network_by_hand():
 
 def learner_for(algo, specs, **options):
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
     from edge_rl.learner import Learner
     from edge_rl.tf_setup import tf
@@ -190,7 +190,7 @@ def test_set_static_and_prune(method):
 
 def test_tiny_matches_the_sparse_parameter_count():
     from edge_rl.agents import get_algorithm
-    from edge_rl.agents.base import resolve_defaults
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
 
     factory = get_algorithm("td3")

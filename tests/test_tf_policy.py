@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import resolve_defaults
+from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.device import PolicyFileError
 from edge_rl.device.envs import describe_env

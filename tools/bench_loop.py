@@ -52,9 +52,9 @@ from tf_agents.policies import actor_policy, py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import resolve_defaults
-from edge_rl.agents.networks import deterministic_actor, export_model
-from edge_rl.agents.specs import tf_specs
+from edge_rl.agents.parts.networks import deterministic_actor, export_model
+from edge_rl.agents.parts.specs import tf_specs
+from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.converters import convert
 from edge_rl.converters.patch import PolicyPatcher

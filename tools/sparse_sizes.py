@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import resolve_defaults
+from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.converters import convert
 from edge_rl.converters.size import entropy_bound_bytes, int8_zero_fractions

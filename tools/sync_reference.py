@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.base import check_action_space, resolve_defaults
+from edge_rl.algorithm import check_action_space, resolve_defaults
 from edge_rl.best_policy import random_observations
 from edge_rl.config import TrainConfig
 from edge_rl.device.envs import describe_env

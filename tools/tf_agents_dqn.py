@@ -37,7 +37,7 @@ from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.utils import common
 
 from edge_rl.agents.dqn import ALGORITHM as EDGE_RL_DQN
-from edge_rl.agents.networks import DuelingQNetwork
+from edge_rl.agents.parts.networks import DuelingQNetwork
 
 
 def parse_args() -> argparse.Namespace:

@@ -17,10 +17,11 @@ from tf_agents.agents import data_converter, tf_agent
 from tf_agents.policies import actor_policy
 from tf_agents.utils import common
 
-from edge_rl.agents.base import BuiltAgent, SparseGroup
-from edge_rl.agents.networks import deterministic_actor, distributional_critic, mlp_shapes
-from edge_rl.agents.specs import tf_specs
-from edge_rl.agents.td3 import deterministic_actor_critic
+from edge_rl.agents import register
+from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
+from edge_rl.agents.parts.networks import deterministic_actor, distributional_critic, mlp_shapes
+from edge_rl.agents.parts.specs import tf_specs
+from edge_rl.algorithm import BuiltAgent, SparseGroup
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
@@ -166,7 +167,7 @@ class D4pgAgent(tf_agent.TFAgent):
 
 class D4PG:
     name = "d4pg"
-    discrete = False
+    action_kinds = frozenset({"continuous"})
     # Kept as they were after docs/learning.md (2026-11-24, seeds 0-2): on cartpole-balance
     # at 100k the default loop reaches 997 against the synchronous reference's 999 (late-run
     # stability 0.96 against 1.00).
@@ -244,4 +245,4 @@ class D4PG:
         )
 
 
-ALGORITHM = D4PG()
+ALGORITHM = register(D4PG())

@@ -7,9 +7,10 @@ import numpy as np
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.utils import common
 
-from edge_rl.agents.base import BuiltAgent, SparseGroup
-from edge_rl.agents.networks import DuelingQNetwork, export_model, mlp_shapes
-from edge_rl.agents.specs import tf_specs
+from edge_rl.agents import register
+from edge_rl.agents.parts.networks import DuelingQNetwork, export_model, mlp_shapes
+from edge_rl.agents.parts.specs import tf_specs
+from edge_rl.algorithm import BuiltAgent, SparseGroup
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
@@ -29,7 +30,7 @@ def learning_rate_schedule(config: TrainConfig):
 
 class DQN:
     name = "dqn"
-    discrete = True
+    action_kinds = frozenset({"discrete"})
     defaults = {
         "hidden": (64, 64),
         "learning_rate": 1e-3,
@@ -117,4 +118,4 @@ class DQN:
         )
 
 
-ALGORITHM = DQN()
+ALGORITHM = register(DQN())

@@ -5,15 +5,16 @@ from __future__ import annotations
 import numpy as np
 from tf_agents.agents.sac import sac_agent
 
-from edge_rl.agents.base import BuiltAgent, SparseGroup
-from edge_rl.agents.networks import (
+from edge_rl.agents import register
+from edge_rl.agents.parts.networks import (
     SquashedGaussianActor,
     critic,
     export_model,
     mlp_shapes,
     squashed_gaussian_outputs,
 )
-from edge_rl.agents.specs import tf_specs
+from edge_rl.agents.parts.specs import tf_specs
+from edge_rl.algorithm import BuiltAgent, SparseGroup
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedLegacyAdam
@@ -22,7 +23,7 @@ from edge_rl.tf_setup import tf
 
 class SAC:
     name = "sac"
-    discrete = False
+    action_kinds = frozenset({"continuous"})
     # Kept as they were after docs/learning.md (2026-11-24, seeds 0-2): on Hopper-v5 at 100k
     # the default loop's 829 sits inside the synchronous reference's 95% interval [470, 1127];
     # Hopper's evaluations swing in both (late-run stability 0.33 against 0.00).
@@ -102,4 +103,4 @@ class SAC:
                                    random_steps=config.warmup_steps // max(config.actors, 1))
 
 
-ALGORITHM = SAC()
+ALGORITHM = register(SAC())

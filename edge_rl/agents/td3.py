@@ -5,44 +5,20 @@ from __future__ import annotations
 import numpy as np
 from tf_agents.agents.td3 import td3_agent
 
-from edge_rl.agents.base import BuiltAgent, SparseGroup
-from edge_rl.agents.networks import critic, deterministic_actor, export_model, mlp_shapes
-from edge_rl.agents.specs import tf_specs
+from edge_rl.agents import register
+from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
+from edge_rl.agents.parts.networks import critic, deterministic_actor, mlp_shapes
+from edge_rl.agents.parts.specs import tf_specs
+from edge_rl.algorithm import BuiltAgent, SparseGroup
 from edge_rl.config import TrainConfig
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
 
 
-def deterministic_actor_critic(agent, observation_shape: tuple[int, ...], actor,
-                               actor_optimizer, critic_optimizer,
-                               groups: list[SparseGroup]) -> BuiltAgent:
-    """The BuiltAgent of an agent whose deterministic `actor` is what actors run (TD3, D4PG),
-    and whose `actor_loss(time_steps)` and `critic_loss(time_steps, actions, next_time_steps)`
-    are the groups' losses (what RigL grows by)."""
-
-    def losses(experience):
-        time_steps, policy_steps, next_time_steps = agent._as_transition(experience)
-        return {
-            "actor": lambda: agent.actor_loss(time_steps, training=True),
-            "critic": lambda: agent.critic_loss(
-                time_steps, policy_steps.action, next_time_steps, training=True),
-        }
-
-    return BuiltAgent(
-        agent,
-        export_model(observation_shape, actor.layers),
-        "action",
-        {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
-        actor,
-        groups,
-        losses,
-    )
-
-
 class TD3:
     name = "td3"
-    discrete = False
+    action_kinds = frozenset({"continuous"})
     # Kept as they were after docs/learning.md (2026-11-24, seeds 0-2): on HalfCheetah-v5 at
     # 100k the default loop's 4189 sits inside the synchronous reference's 95% interval
     # [3098, 5994], in 196 s against the reference's 320 s; it trails the reference by
@@ -117,4 +93,4 @@ class TD3:
         )
 
 
-ALGORITHM = TD3()
+ALGORITHM = register(TD3())

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_rl.agents.base import BuiltAgent
+from edge_rl.algorithm import BuiltAgent
 from edge_rl.sparse.flops import GroupCount, LayerCount, flops_report
 from edge_rl.sparse.masks import PruneLowMagnitude, dense_layers, kernel_and_mask, unwrap
 
@@ -48,7 +48,9 @@ def network_report(built: BuiltAgent, batch_size: int, updates: int, topology_up
             "nonzero_parameters": nonzero,
             "dense_parameters": dense,
         }
-    inference = next(g.name for g in built.groups if g.role == "actor")
+    inference = next((g.name for g in built.groups if g.role == "actor"), None)
+    if inference is None:  # an algorithm that declares no groups (it trains dense only)
+        return {"groups": groups, "layers": layers}
     return {
         "groups": groups,
         "layers": layers,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from tensorflow_model_optimization.python.core.sparsity.keras import pruning_schedule
 
-from edge_rl.agents.base import SparseGroup
+from edge_rl.algorithm import SparseGroup
 from edge_rl.sparse.distribution import active_counts, layer_densities
 from edge_rl.sparse.masks import kernel_and_mask, optimizer_slots, pruned_layers
 from edge_rl.tf_setup import tf

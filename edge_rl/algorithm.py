@@ -53,7 +53,7 @@ class AgentFactory(Protocol):
     """One algorithm: DQN, TD3, SAC, ..."""
 
     name: str
-    discrete: bool  # True: Discrete actions only; False: continuous (1-D Box) only
+    action_kinds: frozenset[str]  # what it can drive: "discrete", "continuous" or both
     defaults: dict[str, Any]  # values for TrainConfig fields left at None
 
     def build(self, observation_shape: tuple[int, ...], action: dict, config: TrainConfig
@@ -71,13 +71,13 @@ class AgentFactory(Protocol):
 
 def check_action_space(factory: AgentFactory, env_id: str, action: dict) -> None:
     """An algorithm that cannot drive this action space is a user mistake."""
-    is_discrete = action["kind"] == "discrete"
-    if is_discrete != factory.discrete:
-        kind = "discrete" if is_discrete else "continuous"
-        raise UserError(
-            f"{factory.name} cannot drive {env_id}: its actions are {kind}; "
-            f"use {'dqn' if is_discrete else 'td3, sac or d4pg'}"
-        )
+    kind = action["kind"]
+    if kind not in factory.action_kinds:
+        from edge_rl.agents import algorithm_names, get_algorithm
+
+        able = [name for name in algorithm_names() if kind in get_algorithm(name).action_kinds]
+        raise UserError(f"{factory.name} cannot drive {env_id}: its actions are {kind}; "
+                        f"use {' or '.join(able) or 'another algorithm'}")
 
 
 def resolve_defaults(factory: AgentFactory, config: TrainConfig,
