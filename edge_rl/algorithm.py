@@ -6,11 +6,14 @@ to the actors and what its output means, and says how each actor explores.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from edge_rl.config import TrainConfig
+from edge_rl.config import TF_BASELINE, TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.rlx2 import OLDEST
@@ -55,6 +58,10 @@ class AgentFactory(Protocol):
     name: str
     action_kinds: frozenset[str]  # what it can drive: "discrete", "continuous" or both
     defaults: dict[str, Any]  # values for TrainConfig fields left at None
+    # Its own settings: a frozen dataclass whose fields (made with `option`) are the run's
+    # algo_options and its --flags; it checks them in __post_init__ (raising UserError).
+    Options: type
+    tf_agents_baseline: bool  # whether --actor-precision tf-fp32 can run its policy
 
     def build(self, observation_shape: tuple[int, ...], action: dict, config: TrainConfig
               ) -> BuiltAgent:
@@ -67,6 +74,57 @@ class AgentFactory(Protocol):
                      hidden: tuple[int, ...]) -> dict[str, list[tuple[int, int]]]:
         """Per sparsity role ("actor", "critic"), the Dense kernels of one network with these
         hidden sizes (for `--tiny`)."""
+
+
+def option(default: Any, help: str) -> Any:
+    """A field of an algorithm's Options: its default, and the help its --flag shows."""
+    return field(default=default, metadata={"help": help})
+
+
+def option_flags(factory: AgentFactory) -> dict[str, tuple[str, Any, str]]:
+    """--flag -> (field name, type, help) of the algorithm's Options."""
+    types = typing.get_type_hints(factory.Options)
+    return {f"--{f.name.replace('_', '-')}": (f.name, types[f.name], f.metadata.get("help", ""))
+            for f in dataclasses.fields(factory.Options)}
+
+
+def parse_option_flags(factory: AgentFactory, args: list[str]) -> dict[str, Any]:
+    """`--flag value` pairs of the algorithm's Options (what click left over) as algo_options;
+    a one-line UserError for anything else."""
+    flags = option_flags(factory)
+    parsed: dict[str, Any] = {}
+    rest = list(args)
+    while rest:
+        token = rest.pop(0)
+        flag, _, value = token.partition("=")
+        if flag not in flags:
+            known = ", ".join(flags) or "none"
+            raise UserError(f"No such option: {flag} ({factory.name}'s own options: {known})")
+        if not value:
+            if not rest:
+                raise UserError(f"{flag} needs a value")
+            value = rest.pop(0)
+        name, kind, _ = flags[flag]
+        parsed[name] = _typed(flag, value, kind)
+    return parsed
+
+
+def _typed(flag: str, text: str, kind: Any) -> Any:
+    optional = type(None) in typing.get_args(kind)
+    if optional and text.lower() == "none":
+        return None
+    base = next((k for k in typing.get_args(kind) if k is not type(None)), kind)
+    try:
+        if base is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        value = base(text)
+    except ValueError:
+        raise UserError(f"{flag} takes {getattr(base, '__name__', base)}, not {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{flag} must be a finite number, not {text!r}")
+    return value
 
 
 def check_action_space(factory: AgentFactory, env_id: str, action: dict) -> None:
@@ -185,14 +243,18 @@ def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
 
 
 def _resolve_algorithm(factory: AgentFactory, config: TrainConfig) -> TrainConfig:
+    if config.actor_precision == TF_BASELINE and not factory.tf_agents_baseline:
+        raise UserError(f"--actor-precision {TF_BASELINE} (TF-Agents' own policy on the actors) "
+                        f"cannot run {factory.name}'s policy")
     changes = {
         name: value for name, value in factory.defaults.items()
-        if name != "algo_options" and getattr(config, name) is None
+        if getattr(config, name) is None
     }
-    defaults = factory.defaults.get("algo_options", {})
+    defaults = dataclasses.asdict(factory.Options())
     unknown = sorted(set(config.algo_options) - set(defaults))
     if unknown:  # e.g. D4PG's --atoms given to another algorithm
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in unknown)
         raise UserError(f"{factory.name} takes no {flags}")
     options = {**defaults, **config.algo_options}
+    factory.Options(**options)  # its checks
     return config.replace(**changes, algo_options=options)

@@ -5,6 +5,7 @@ User mistakes (bad flags, unknown envs, missing or corrupt files) print one line
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -134,12 +135,6 @@ RUN_OPTIONS = [
     click.option("--buffer-min", type=int,
                  help="Nothing is dropped from a replay this small.  [default: 100000, at "
                       "most --steps / 3]"),
-    click.option("--atoms", type=int,
-                 help="D4PG: atoms of the critic's categorical support.  [default: 51]"),
-    click.option("--v-min", type=float,
-                 help="D4PG: the support's lowest return.  [default: -150]"),
-    click.option("--v-max", type=float,
-                 help="D4PG: the support's highest return.  [default: 150]"),
     click.option("--carbon/--no-carbon", default=None,
                  help="Measure the run's energy and CO2.  [default: on]"),
     click.option("--country",
@@ -149,8 +144,11 @@ RUN_OPTIONS = [
                  help="Power per busy core where no power counter measures it.  "
                       f"[default: {DEFAULT_CPU_WATTS:g}]"),
 ]
-# Run flags that are one algorithm's settings: they land in TrainConfig.algo_options.
-ALGO_OPTION_FLAGS = ("atoms", "v_min", "v_max")
+# An algorithm's own settings (D4PG's --atoms, DQN's --epsilon-end, ...) are declared by the
+# algorithm (its Options); click passes them on unparsed, and run_config reads them.
+ALGORITHM_FLAGS = {"ignore_unknown_options": True, "allow_extra_args": True}
+ALGORITHM_EPILOG = ("Each algorithm's own options (D4PG's --atoms, DQN's --epsilon-end, ...) "
+                    "go with these: `edge-rl algorithms` lists them.")
 RESUME_OPTION = click.option("--resume", is_flag=True,
                              help="Continue the run in --out from its last checkpoint.")
 CONFIG_OPTION = click.option("--config", "config_file", type=click.Path(),
@@ -164,10 +162,11 @@ def run_options(command):
     return command
 
 
-def run_config(resume: bool, config_file: str | None, flags: dict) -> TrainConfig:
-    """The run's config: a saved one (--config, or the run being resumed) plus the flags."""
+def run_config(resume: bool, config_file: str | None, flags: dict,
+               algorithm_args: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The run's config: a saved one (--config, or the run being resumed) plus the flags, and
+    the algorithm's own flags (`algorithm_args`, read by the algorithm's Options)."""
     given = {k: v for k, v in flags.items() if v is not None}
-    options = {k: given.pop(k) for k in ALGO_OPTION_FLAGS if k in given}
     if config_file:
         base = TrainConfig.load(config_file)
     elif resume:
@@ -176,9 +175,14 @@ def run_config(resume: bool, config_file: str | None, flags: dict) -> TrainConfi
         base = TrainConfig.load(Path(given["out"]) / "config.json")
     else:
         base = TrainConfig()
-    if options:
-        given["algo_options"] = {**base.algo_options, **options}
-    return base.replace(**given)
+    config = base.replace(**given)
+    if algorithm_args:
+        from edge_rl.agents import get_algorithm
+        from edge_rl.algorithm import parse_option_flags
+
+        options = parse_option_flags(get_algorithm(config.algo), list(algorithm_args))
+        config = config.replace(algo_options={**config.algo_options, **options})
+    return config
 
 
 def report_summary(summary: dict) -> None:
@@ -191,16 +195,34 @@ def report_summary(summary: dict) -> None:
         )
 
 
-@cli.command()
+@cli.command(context_settings=ALGORITHM_FLAGS, epilog=ALGORITHM_EPILOG)
 @run_options
-def train(resume: bool, config_file: str | None, **flags) -> None:
+@click.pass_context
+def train(ctx: click.Context, resume: bool, config_file: str | None, **flags) -> None:
     """Train a policy: a TF-Agents learner with actors exploring over gRPC."""
     from edge_rl.train import run_training
 
-    report_summary(run_training(run_config(resume, config_file, flags), resume=resume))
+    config = run_config(resume, config_file, flags, ctx.args)
+    report_summary(run_training(config, resume=resume))
 
 
 @cli.command()
+@click.argument("names", nargs=-1)
+def algorithms(names: tuple[str, ...]) -> None:
+    """The algorithms (or those NAMES) and their own options, with defaults."""
+    from edge_rl.agents import algorithm_names, get_algorithm
+    from edge_rl.algorithm import option_flags
+
+    for name in names or algorithm_names():
+        factory = get_algorithm(name)
+        defaults = dataclasses.asdict(factory.Options())
+        kinds = " and ".join(sorted(factory.action_kinds))
+        click.echo(f"{factory.name} ({kinds} actions)")
+        for flag, (field, _, help_text) in option_flags(factory).items():
+            click.echo(f"  {flag} [{defaults[field]}]  {help_text}")
+
+
+@cli.command(context_settings=ALGORITHM_FLAGS, epilog=ALGORITHM_EPILOG)
 @run_options
 @click.option("--host", help="Address to listen on; 0.0.0.0 for every interface. "
                              "[default: 127.0.0.1]")
@@ -212,13 +234,14 @@ def train(resume: bool, config_file: str | None, **flags) -> None:
               help="Allow a non-loopback --host without --token-file.")
 @click.option("--actor-timeout", type=float,
               help="Seconds of silence before an actor counts as gone.  [default: 15]")
-def learner(resume: bool, config_file: str | None, **flags) -> None:
+@click.pass_context
+def learner(ctx: click.Context, resume: bool, config_file: str | None, **flags) -> None:
     """Run a learner that waits for actors on other machines (`edge-rl actor`)."""
     from edge_rl.train import run_training
 
     if flags.get("actors") is None and not resume and not config_file:
         flags["actors"] = 0  # the fleet brings the actors; --actors N adds local ones
-    config = run_config(resume, config_file, flags)
+    config = run_config(resume, config_file, flags, ctx.args)
     if config.port == 0:
         raise UserError("a learner needs a fixed --port for its actors to find it")
     if config.token_file:

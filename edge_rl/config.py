@@ -111,7 +111,7 @@ class TrainConfig:
     country: str | None = None  # ISO 3166 alpha-3 code of the grid; None: the world average
     cpu_watts: float = DEFAULT_CPU_WATTS  # per busy core, where no power counter measures it
 
-    # algorithm-specific settings (epsilon schedule, noise, target updates, ...)
+    # the algorithm's own settings (its Options, edge_rl.algorithm): epsilon, noise, ...
     algo_options: dict[str, Any] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -138,10 +138,7 @@ class TrainConfig:
                 f"--actor-precision must be one of {', '.join(ACTOR_PRECISIONS)}, "
                 f"not {self.actor_precision!r}"
             )
-        if self.actor_precision == TF_BASELINE:
-            if self.algo == "sac":  # its actors sample from outputs a greedy policy lacks
-                raise UserError(f"--actor-precision {TF_BASELINE} (TF-Agents' own policy on the "
-                                "actors) covers dqn, td3 and d4pg, not sac")
+        if self.actor_precision == TF_BASELINE:  # which algorithms: see resolve_defaults
             if max(self.sparsities.values()) > 0 or self.tiny:
                 raise UserError(f"--actor-precision {TF_BASELINE} is the dense baseline: "
                                 "drop --sparsity / --tiny")
@@ -182,18 +179,6 @@ class TrainConfig:
             raise UserError("--buffer-threshold must not be negative")
         if not (math.isfinite(self.cpu_watts) and self.cpu_watts >= 0):
             raise UserError("--cpu-watts must be a number >= 0")
-        self._validate_support()
-
-    def _validate_support(self) -> None:
-        """D4PG's categorical support (--atoms, --v-min, --v-max), where the algorithm has one."""
-        options = self.algo_options
-        atoms = options.get("atoms")
-        if atoms is not None and (not isinstance(atoms, int) or atoms < 2):
-            raise UserError(f"--atoms must be an integer >= 2, not {atoms}")
-        if "v_min" in options and "v_max" in options:
-            v_min, v_max = float(options["v_min"]), float(options["v_max"])
-            if not (math.isfinite(v_min) and math.isfinite(v_max) and v_min < v_max):
-                raise UserError(f"--v-min ({v_min:g}) must be below --v-max ({v_max:g})")
 
     def to_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)

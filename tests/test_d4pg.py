@@ -254,8 +254,8 @@ def test_cli_flags_reach_algo_options():
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.cli import run_config
 
-    config = run_config(False, None, {"algo": "d4pg", "atoms": 11, "v_min": -5.0,
-                                      "v_max": None})
+    config = run_config(False, None, {"algo": "d4pg", "v_max": None},
+                        ["--atoms", "11", "--v-min=-5"])
     assert config.algo_options == {"atoms": 11, "v_min": -5.0}
     resolved = resolve_defaults(get_algorithm("d4pg"), config)
     assert resolved.algo_options["atoms"] == 11 and resolved.algo_options["v_max"] == 150.0

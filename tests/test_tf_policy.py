@@ -82,10 +82,15 @@ def test_broken_or_hostile_broadcasts_are_refused():
 
 
 def test_the_baseline_is_for_dense_dqn_td3_and_d4pg():
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
     from edge_rl.device.errors import UserError
 
-    with pytest.raises(UserError, match="covers dqn, td3 and d4pg"):
-        TrainConfig(algo="sac", env="Pendulum-v1", actor_precision="tf-fp32").validate()
+    with pytest.raises(UserError, match="cannot run sac's policy"):
+        resolve_defaults(get_algorithm("sac"),
+                         TrainConfig(algo="sac", env="Pendulum-v1", actor_precision="tf-fp32"))
+    for algo in ("dqn", "td3", "d4pg"):
+        assert get_algorithm(algo).tf_agents_baseline
     with pytest.raises(UserError, match="dense baseline"):
         TrainConfig(algo="td3", env="Pendulum-v1", actor_precision="tf-fp32",
                     sparsity=0.9).validate()

@@ -65,7 +65,6 @@ def evaluate(policy, env, episodes: int) -> float:
     return float(np.mean(returns))
 
 
-DQN_DEFAULTS = EDGE_RL_DQN.defaults
 
 
 def main() -> None:
@@ -79,10 +78,9 @@ def main() -> None:
 
     nstep = 3
     train_step = tf.Variable(0, dtype=tf.int64)
-    exploration = DQN_DEFAULTS["algo_options"]  # edge-rl's epsilon schedule
+    exploration = EDGE_RL_DQN.Options()  # edge-rl's epsilon schedule
     epsilon = tf.keras.optimizers.schedules.PolynomialDecay(
-        exploration["epsilon_start"], exploration["epsilon_decay_steps"],
-        exploration["epsilon_end"])
+        exploration.epsilon_start, exploration.epsilon_decay_steps, exploration.epsilon_end)
     agent = dqn_agent.DdqnAgent(
         train_env.time_step_spec(),
         train_env.action_spec(),

@@ -11,6 +11,8 @@ explores with its own noise scale, as ActorQ's (and Ape-X's) actors did.
 from __future__ import annotations
 
 import collections
+import math
+from dataclasses import dataclass
 
 import numpy as np
 from tf_agents.agents import data_converter, tf_agent
@@ -21,8 +23,9 @@ from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
 from edge_rl.agents.parts.networks import deterministic_actor, distributional_critic, mlp_shapes
 from edge_rl.agents.parts.specs import tf_specs
-from edge_rl.algorithm import BuiltAgent, SparseGroup
+from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
+from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
@@ -180,14 +183,28 @@ class D4PG:
         "nstep": 5,
         "eval_every": 5_000,
         "checkpoint_every": 25_000,
-        "algo_options": {
-            "atoms": 51,
-            "v_min": -150.0,
-            "v_max": 150.0,
-            "tau": 0.005,
-            "exploration_noise": 0.2,  # fraction of the action half-range; actors spread it
-        },
     }
+    tf_agents_baseline = True
+
+    @dataclass(frozen=True)
+    class Options:
+        atoms: int = option(51, "Atoms of the critic's categorical support.")
+        v_min: float = option(-150.0, "The support's lowest return.")
+        v_max: float = option(150.0, "The support's highest return.")
+        tau: float = option(0.005, "Polyak weight of each target update.")
+        exploration_noise: float = option(
+            0.2, "Std of the actors' Gaussian noise, as a fraction of the action half-range "
+                 "(with several actors, each gets its own scale, 0.5x to 2x of it).")
+
+        def __post_init__(self):
+            if not isinstance(self.atoms, int) or self.atoms < 2:
+                raise UserError(f"--atoms must be an integer >= 2, not {self.atoms}")
+            if not (math.isfinite(self.v_min) and math.isfinite(self.v_max)
+                    and self.v_min < self.v_max):
+                raise UserError(f"--v-min ({self.v_min:g}) must be below --v-max "
+                                f"({self.v_max:g})")
+            if not 0.0 < self.tau <= 1.0 or self.exploration_noise < 0:
+                raise UserError("--tau must be in (0, 1] and --exploration-noise >= 0")
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)

@@ -3,6 +3,8 @@ epsilon-greedy actors."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.utils import common
@@ -10,8 +12,9 @@ from tf_agents.utils import common
 from edge_rl.agents import register
 from edge_rl.agents.parts.networks import DuelingQNetwork, export_model, mlp_shapes
 from edge_rl.agents.parts.specs import tf_specs
-from edge_rl.algorithm import BuiltAgent, SparseGroup
+from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
+from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
@@ -48,25 +51,35 @@ class DQN:
         "nstep": 3,
         "eval_every": 2_500,  # greedy DQN returns swing: look often, keep the best
         "checkpoint_every": 25_000,
-        "algo_options": {
-            # Polyak averaging after every update: on CartPole, hard copies every 200-500
-            # updates oscillated far more (and copies every update diverged).
-            "target_update_period": 1,
-            "target_update_tau": 0.01,
-            "epsilon_start": 1.0,
-            # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return
-            # can be worth there (up to ~47,000); with more exploration late in the run the
-            # replay keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8
-            # seeds held >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
-            # (docs/learning.md, "2026-11-24").
-            "epsilon_end": 0.05,
-            "epsilon_decay_steps": 10_000,  # per actor
-            # the learning rate falls linearly to this fraction of --learning-rate over the
-            # run's updates (1.0: constant)
-            "learning_rate_end_fraction": 1.0,
-            "gradient_clipping": None,  # the gradients' global norm is clipped to this
-        },
     }
+    tf_agents_baseline = True
+
+    @dataclass(frozen=True)
+    class Options:
+        # Polyak averaging after every update: on CartPole, hard copies every 200-500
+        # updates oscillated far more (and copies every update diverged).
+        target_update_period: int = option(1, "Updates between target-network updates.")
+        target_update_tau: float = option(0.01, "Polyak weight of each target update.")
+        epsilon_start: float = option(1.0, "Actors' exploration rate at their first step.")
+        # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return can
+        # be worth there (up to ~47,000); with more exploration late in the run the replay
+        # keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8 seeds held
+        # >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
+        # (docs/learning.md, "2026-11-24").
+        epsilon_end: float = option(0.05, "Actors' exploration rate after the decay.")
+        epsilon_decay_steps: int = option(10_000, "Env steps (per actor) of linear decay.")
+        learning_rate_end_fraction: float = option(
+            1.0, "The learning rate falls linearly to this fraction of --learning-rate over "
+                 "the run's updates (1: constant).")
+        gradient_clipping: float | None = option(
+            None, "Clip the gradients' global norm to this (none: no clipping).")
+
+        def __post_init__(self):
+            if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
+                raise UserError("--epsilon-start and --epsilon-end must be in [0, 1]")
+            if self.target_update_period < 1 or not 0.0 < self.target_update_tau <= 1.0:
+                raise UserError("--target-update-period must be >= 1 and "
+                                "--target-update-tau in (0, 1]")
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tf_agents.agents.sac import sac_agent
 
@@ -14,8 +16,9 @@ from edge_rl.agents.parts.networks import (
     squashed_gaussian_outputs,
 )
 from edge_rl.agents.parts.specs import tf_specs
-from edge_rl.algorithm import BuiltAgent, SparseGroup
+from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
+from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedLegacyAdam
 from edge_rl.tf_setup import tf
@@ -36,8 +39,16 @@ class SAC:
         "nstep": 1,
         "eval_every": 5_000,
         "checkpoint_every": 25_000,
-        "algo_options": {"tau": 0.005},
     }
+    tf_agents_baseline = False  # its actors sample from outputs a greedy policy lacks
+
+    @dataclass(frozen=True)
+    class Options:
+        tau: float = option(0.005, "Polyak weight of each target update.")
+
+        def __post_init__(self):
+            if not 0.0 < self.tau <= 1.0:
+                raise UserError("--tau must be in (0, 1]")
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tf_agents.agents.td3 import td3_agent
 
@@ -9,8 +11,9 @@ from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
 from edge_rl.agents.parts.networks import critic, deterministic_actor, mlp_shapes
 from edge_rl.agents.parts.specs import tf_specs
-from edge_rl.algorithm import BuiltAgent, SparseGroup
+from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
+from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.sparse.masks import MaskedAdam
 from edge_rl.tf_setup import tf
@@ -32,14 +35,24 @@ class TD3:
         "nstep": 1,
         "eval_every": 5_000,
         "checkpoint_every": 25_000,
-        "algo_options": {
-            "tau": 0.005,
-            "actor_update_period": 2,
-            "target_policy_noise": 0.2,
-            "target_policy_noise_clip": 0.5,
-            "exploration_noise": 0.1,  # fraction of the action half-range
-        },
     }
+    tf_agents_baseline = True
+
+    @dataclass(frozen=True)
+    class Options:
+        tau: float = option(0.005, "Polyak weight of each target update.")
+        actor_update_period: int = option(2, "Critic updates per actor update.")
+        target_policy_noise: float = option(0.2, "Std of the noise on the target's actions.")
+        target_policy_noise_clip: float = option(0.5, "That noise is clipped to +-this.")
+        exploration_noise: float = option(
+            0.1, "Std of the actors' Gaussian noise, as a fraction of the action half-range.")
+
+        def __post_init__(self):
+            if self.actor_update_period < 1 or not 0.0 < self.tau <= 1.0:
+                raise UserError("--actor-update-period must be >= 1 and --tau in (0, 1]")
+            if min(self.target_policy_noise, self.target_policy_noise_clip,
+                   self.exploration_noise) < 0:
+                raise UserError("noise settings must not be negative")
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation_shape, action)

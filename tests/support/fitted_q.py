@@ -10,6 +10,8 @@ on the path) trains it with int8 actors, and export and eval take it like any ot
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tf_agents.agents import data_converter, tf_agent
 from tf_agents.networks import network
@@ -18,7 +20,7 @@ from tf_agents.policies import q_policy
 from edge_rl.agents import register
 from edge_rl.agents.parts.networks import export_model, mlp_shapes
 from edge_rl.agents.parts.specs import tf_specs
-from edge_rl.algorithm import BuiltAgent
+from edge_rl.algorithm import BuiltAgent, option
 from edge_rl.config import TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
@@ -103,9 +105,18 @@ class FittedQ:
         "nstep": 1,
         "eval_every": 2_500,
         "checkpoint_every": 25_000,
-        "algo_options": {"epsilon_end": 0.05, "epsilon_decay_steps": 10_000,
-                         "iteration_updates": 250},
     }
+    tf_agents_baseline = False
+
+    @dataclass(frozen=True)
+    class Options:
+        iteration_updates: int = option(250, "Updates per iteration (between snapshots).")
+        epsilon_end: float = option(0.05, "Actors' exploration rate after the decay.")
+        epsilon_decay_steps: int = option(10_000, "Env steps of linear decay from 1.")
+
+        def __post_init__(self):
+            if self.iteration_updates < 1:
+                raise UserError("--iteration-updates must be >= 1")
 
     def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
         if config.is_sparse:
