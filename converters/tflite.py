@@ -75,7 +75,8 @@ from edge_rl.converters.flatbuffer import builtin as _builtin
 from edge_rl.converters.flatbuffer import has_data as _has_data
 from edge_rl.converters.flatbuffer import read_model as _read_model
 from edge_rl.converters.flatbuffer import text as _text
-from edge_rl.device.policy_file import METADATA_NAME, TWO_OUTPUT_KINDS, PolicyMetadata
+from edge_rl.device.outputs import output_count
+from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.tf_setup import tf
 
 PRECISIONS = ("fp32", "fp16", "int8", "edgetpu")
@@ -179,7 +180,7 @@ def convert(
     # needed for the duration of the conversion
     with scaled_kernel_rows(first, scales), _quiet_stderr():
         flat = _run_converter(converter, precision)
-        if metadata.output in TWO_OUTPUT_KINDS:
+        if output_count(metadata.output) == 2:
             flat = narrow_outputs_first(flat)
         if precision in INTEGER_PRECISIONS:
             flat = set_ranges(flat, bounded_ranges(_read_model(flat)))
@@ -401,7 +402,7 @@ def _weights_and_biases(model: Any) -> tuple[set[str], set[str]]:
 
 
 def _check_model(model: Any, obs_shape: tuple[int, ...], output_kind: str) -> None:
-    n_outputs = 2 if output_kind in TWO_OUTPUT_KINDS else 1
+    n_outputs = output_count(output_kind)
     inputs = getattr(model, "inputs", None)
     outputs = getattr(model, "outputs", None)
     if inputs is not None and len(inputs) != 1:

@@ -7,18 +7,30 @@ The learner tells each actor how to explore (ExplorationSettings, sent as JSON i
   * sac: a sample of the tanh-squashed Gaussian whose mean and log-std the network outputs
     (its second output; see PolicyMetadata.output).
 For the first random_steps env steps of an actor, actions are uniform random (warm-up).
+An algorithm that explores otherwise registers its kind with `register_exploration`, on the
+learner and on its actors' devices alike.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edge_rl.device.policy import squash_to_bounds
+from edge_rl.device.outputs import squash_to_bounds
 
-KINDS = ("epsilon_greedy", "gaussian", "sac")
+# kind -> (explorer, network outputs, greedy actions) -> the actions taken
+EXPLORATIONS: dict[str, Callable[[Explorer, np.ndarray, np.ndarray], np.ndarray]] = {}
+
+
+def register_exploration(kind: str):
+    """Decorator: make the function the exploration of `kind`."""
+    def add(explore):
+        EXPLORATIONS[kind] = explore
+        return explore
+    return add
 
 # SAC's log-std is clipped to this range, as TF-Agents' std_clip_transform does.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -70,7 +82,7 @@ class Explorer:
     """Turns network outputs into (action taken, deterministic action) for a batch."""
 
     def __init__(self, settings: ExplorationSettings, policy_metadata, rng: np.random.Generator):
-        if settings.kind not in KINDS:
+        if settings.kind not in EXPLORATIONS:
             raise ValueError(f"unknown exploration kind {settings.kind!r}")
         self.settings = settings
         self.rng = rng
@@ -109,20 +121,30 @@ class Explorer:
             # learner's policy with (RLx2's policy distance, as its code stores it)
             random = self.random_actions(n)
             return random, random
-        kind = self.settings.kind
-        if kind == "epsilon_greedy":
-            explore = self.uniform.take(n) < self.epsilon()
-            if not explore.any():
-                return greedy, greedy
-            actions = np.where(explore, self.random_actions(n), greedy)
-        elif kind == "gaussian":
-            noise = self.normal.take(greedy.size).reshape(greedy.shape)
-            actions = np.clip(greedy + noise * self.noise_scale, self.low, self.high)
-        else:
-            mean_log_std = outputs[..., self.gaussian_from * greedy.shape[-1]:]
-            actions = sac_sample(mean_log_std, self.low, self.high,
-                                 self.normal.take(greedy.size).reshape(greedy.shape))
+        actions = EXPLORATIONS[self.settings.kind](self, outputs, greedy)
         return actions.astype(greedy.dtype, copy=False), greedy
+
+
+@register_exploration("epsilon_greedy")
+def _epsilon_greedy(explorer: Explorer, outputs: np.ndarray, greedy: np.ndarray) -> np.ndarray:
+    n = greedy.shape[0]
+    explore = explorer.uniform.take(n) < explorer.epsilon()
+    if not explore.any():
+        return greedy
+    return np.where(explore, explorer.random_actions(n), greedy)
+
+
+@register_exploration("gaussian")
+def _gaussian(explorer: Explorer, outputs: np.ndarray, greedy: np.ndarray) -> np.ndarray:
+    noise = explorer.normal.take(greedy.size).reshape(greedy.shape)
+    return np.clip(greedy + noise * explorer.noise_scale, explorer.low, explorer.high)
+
+
+@register_exploration("sac")
+def _sac(explorer: Explorer, outputs: np.ndarray, greedy: np.ndarray) -> np.ndarray:
+    mean_log_std = outputs[..., explorer.gaussian_from * greedy.shape[-1]:]
+    return sac_sample(mean_log_std, explorer.low, explorer.high,
+                      explorer.normal.take(greedy.size).reshape(greedy.shape))
 
 
 def sac_sample(

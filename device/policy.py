@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_rl.core import ActorPolicy
+from edge_rl.device.outputs import greedy_actions, output_count
 from edge_rl.device.policy_file import (
-    TWO_OUTPUT_KINDS,
     PolicyFileError,
     PolicyMetadata,
     output_quantization,
@@ -77,7 +77,7 @@ class Policy(ActorPolicy):
                 message += f" (with the Edge TPU delegate; {EDGETPU_INSTALL_HINT})"
             raise PolicyFileError(message) from None
         meta = self.metadata
-        n_outputs = 2 if meta.output in TWO_OUTPUT_KINDS else 1
+        n_outputs = output_count(meta.output)
         if len(inputs) != 1 or len(outputs) != n_outputs:
             raise PolicyFileError(f"a {meta.output} policy network must have exactly one input "
                                   f"and {n_outputs} output{'s' if n_outputs > 1 else ''}")
@@ -204,26 +204,6 @@ def _quantizer(details: dict, multiplier: np.ndarray | None) -> tuple:
 def _first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
-
-
-def greedy_actions(output_kind: str, outputs: np.ndarray, low: np.ndarray | None,
-                   high: np.ndarray | None) -> np.ndarray:
-    """The noise-free actions for rows of a policy network's outputs (see PolicyMetadata.output):
-    argmax of Q-values, the clipped action, or the squashed Gaussian's mode (its greedy-action
-    output, or for older SAC files tanh of the mean, scaled)."""
-    if output_kind == "q_values":
-        return np.argmax(outputs, axis=-1).astype(np.int64)
-    if output_kind == "action":
-        return np.clip(outputs, low, high)
-    if output_kind == "squashed_gaussian":  # [greedy action, mean, log-std]
-        return np.clip(outputs[..., : outputs.shape[-1] // 3], low, high)
-    mean = outputs[..., : outputs.shape[-1] // 2]
-    return squash_to_bounds(np.tanh(mean), low, high)
-
-
-def squash_to_bounds(unit: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Map values in [-1, 1] onto [low, high]."""
-    return (low + (unit + 1.0) * 0.5 * (high - low)).astype(np.float32)
 
 
 ZIP_MAGIC = b"PK\x03\x04"  # a TF-Agents SavedModel policy (edge_rl.tf_policy); TFLite is not

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edge_rl.device.errors import PolicyFileError
+from edge_rl.device.outputs import OUTPUT_KINDS
 from edge_rl.device.tflite_file import (
     output_quantization,
     output_step,
@@ -28,7 +29,7 @@ from edge_rl.device.tflite_file import (
 )
 
 __all__ = [
-    "METADATA_NAME", "OUTPUT_KINDS", "TWO_OUTPUT_KINDS", "PolicyFileError", "PolicyMetadata",
+    "METADATA_NAME", "OUTPUT_KINDS", "PolicyFileError", "PolicyMetadata",
     "output_quantization", "output_step", "pack_policy", "read_metadata_entries",
     "read_policy_metadata", "unpack_policy", "verify_model",
 ]
@@ -40,14 +41,6 @@ SCALED_INPUT_FORMAT = 2  # a file with input scales
 XZ_MAGIC = b"\xfd7zXZ\x00"
 MAX_POLICY_BYTES = 256 << 20  # a policy that unpacks to more than this is refused
 
-# What the network's outputs mean; the device turns them into an action. "q_values": one output,
-# argmax is the action (DQN). "action": one output, the action in the env's units (TD3, D4PG).
-# "squashed_gaussian" (SAC): output 0 the greedy action in the env's units, output 1 the
-# pre-squash Gaussian's mean and log-std, concatenated, which actors sample from.
-# "mean_log_std": SAC files written before squashed_gaussian, one output (the mean and log-std).
-OUTPUT_KINDS = ("q_values", "action", "squashed_gaussian", "mean_log_std")
-# Output kinds with a second output tensor
-TWO_OUTPUT_KINDS = ("squashed_gaussian",)
 
 
 @dataclass(frozen=True)
@@ -57,7 +50,7 @@ class PolicyMetadata:
     env_id: str
     algo: str
     precision: str
-    output: str  # one of OUTPUT_KINDS
+    output: str  # what the outputs mean: a kind of edge_rl.device.outputs.OUTPUT_KINDS
     observation_shape: tuple[int, ...]
     action: dict[str, Any]  # {"kind": "discrete", "n": N} or {"kind": "continuous", ...}
     policy_version: int = 0

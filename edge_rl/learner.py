@@ -155,7 +155,7 @@ class Learner(core.Learner):
 
     def greedy_actions(self, observations: np.ndarray) -> np.ndarray:
         """The fp32 network's noise-free actions (what an actor stores as deterministic)."""
-        from edge_rl.device.policy import greedy_actions
+        from edge_rl.device.outputs import greedy_actions
 
         outputs = self.built.export_model(np.asarray(observations, np.float32), training=False)
         if isinstance(outputs, (list, tuple)):  # two outputs (squashed_gaussian), as Policy does

@@ -130,3 +130,40 @@ def test_a_sac_file_outputs_the_greedy_action_first_and_actors_sample_its_second
     np.testing.assert_allclose(actions.mean(axis=0), tf_samples.mean(axis=0), atol=0.015)
     np.testing.assert_allclose(actions.std(axis=0), tf_samples.std(axis=0), atol=0.015)
     np.testing.assert_allclose(greedy, np.repeat(mode[None], 50_000, axis=0), rtol=1e-5)
+
+
+def test_exploration_and_output_kinds_are_open_to_new_ones():
+    """An algorithm of the user's can bring its own output meaning and its own exploration:
+    both are registries on the device side, with the built-in kinds as entries."""
+    from edge_rl.device.exploration import EXPLORATIONS, register_exploration
+    from edge_rl.device.outputs import (
+        OUTPUT_KINDS,
+        OutputKind,
+        greedy_actions,
+        output_count,
+        register_output_kind,
+    )
+    from edge_rl.device.policy_file import PolicyMetadata
+
+    register_output_kind(OutputKind(  # e.g. preferences over actions, act on the lowest
+        "costs", 1, lambda outputs, low, high: np.argmin(outputs, axis=-1).astype(np.int64)))
+
+    @register_exploration("always-zero")
+    def always_zero(explorer, outputs, greedy):
+        return np.zeros_like(greedy)
+
+    try:
+        outputs = np.asarray([[3.0, 1.0, 2.0], [0.0, 5.0, 9.0]], np.float32)
+        assert greedy_actions("costs", outputs, None, None).tolist() == [1, 0]
+        assert output_count("costs") == 1 and output_count("squashed_gaussian") == 2
+        meta = PolicyMetadata(env_id="X-v0", algo="mine", precision="int8", output="costs",
+                              observation_shape=(3,), action={"kind": "discrete", "n": 3})
+        assert PolicyMetadata.from_json(meta.to_json()).output == "costs"
+        explorer = Explorer(ExplorationSettings(kind="always-zero"), meta,
+                            np.random.default_rng(0))
+        actions, deterministic = explorer(outputs, np.asarray([1, 0], np.int64))
+        assert actions.tolist() == [0, 0] and deterministic.tolist() == [1, 0]
+    finally:
+        del OUTPUT_KINDS["costs"], EXPLORATIONS["always-zero"]
+    with pytest.raises(ValueError, match="unknown exploration kind 'always-zero'"):
+        Explorer(ExplorationSettings(kind="always-zero"), meta, np.random.default_rng(0))

@@ -36,7 +36,8 @@ from edge_rl.config import TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.evaluate import evaluate
 from edge_rl.device.exploration import Explorer
-from edge_rl.device.policy import Policy, greedy_actions
+from edge_rl.device.outputs import greedy_actions
+from edge_rl.device.policy import Policy
 from edge_rl.device.rollout import Rollout
 from edge_rl.stability import late_run_stability
 
