@@ -75,6 +75,7 @@ from edge_rl.converters.flatbuffer import builtin as _builtin
 from edge_rl.converters.flatbuffer import has_data as _has_data
 from edge_rl.converters.flatbuffer import read_model as _read_model
 from edge_rl.converters.flatbuffer import text as _text
+from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.outputs import output_count
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.tf_setup import tf
@@ -131,6 +132,11 @@ def convert(
     if precision == "edgetpu" and sparse_encoding:
         raise ValueError("the Edge TPU does not read TFLite's sparse weight encoding")
     obs_shape = tuple(int(d) for d in metadata.observation_shape)
+    # the network's input takes observations as their kind stores them (float32 for vectors)
+    obs_dtype = OBSERVATION_KINDS[metadata.observation].stored_dtype
+    if precision in INTEGER_PRECISIONS and obs_dtype != "float32":
+        raise ValueError(f"{precision} conversion of {metadata.observation} observations "
+                         f"({obs_dtype}) is not supported yet")
     _check_model(model, obs_shape, metadata.output)
     rows = scales = first = None
     if precision in INTEGER_PRECISIONS:
@@ -145,8 +151,8 @@ def convert(
 
     # No AutoGraph: a Keras model's call is graph code as written, and converting Keras' own
     # source to AutoGraph took ~3 s of the run's first conversion here.
-    @tf.function(input_signature=[tf.TensorSpec([1, *obs_shape], tf.float32, name="observation")],
-                 autograph=False)
+    @tf.function(input_signature=[tf.TensorSpec([1, *obs_shape], tf.as_dtype(obs_dtype),
+                                                name="observation")], autograph=False)
     def policy(observation):
         return model(observation, training=False)
 
@@ -163,11 +169,12 @@ def convert(
         converter.target_spec.supported_types = [tf.float16]
     elif precision in INTEGER_PRECISIONS:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: ([row[None]] for row in rows)
+        converter.representative_dataset = lambda: ([row[None].astype(obs_dtype)]
+                                                     for row in rows)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        boundary = tf.int8 if precision == "edgetpu" else tf.float32
-        converter.inference_input_type = boundary
-        converter.inference_output_type = boundary
+        edgetpu = precision == "edgetpu"
+        converter.inference_input_type = tf.int8 if edgetpu else tf.as_dtype(obs_dtype)
+        converter.inference_output_type = tf.int8 if edgetpu else tf.float32
     if precision == "edgetpu":
         # One scale per weight tensor. Newer converters quantize Dense kernels per output
         # channel by default, which the last Edge TPU compiler (16.0, 2021) predates.
@@ -424,11 +431,12 @@ def _check_model(model: Any, obs_shape: tuple[int, ...], output_kind: str) -> No
 def _check_batches(flat: bytes, obs_shape: tuple[int, ...]) -> None:
     """The converted network must run on a batch other than 1 after resizing its input."""
     interpreter = tf.lite.Interpreter(model_content=flat)
-    index = interpreter.get_input_details()[0]["index"]
+    details = interpreter.get_input_details()[0]
+    index = details["index"]
     try:
         interpreter.resize_tensor_input(index, [2, *obs_shape])
         interpreter.allocate_tensors()
-        interpreter.set_tensor(index, np.zeros((2, *obs_shape), np.float32))
+        interpreter.set_tensor(index, np.zeros((2, *obs_shape), details["dtype"]))
         interpreter.invoke()
         out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     except (ValueError, RuntimeError) as err:

@@ -32,6 +32,7 @@ from edge_rl.device.accounting import (
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.link import Link
+from edge_rl.device.observations import VECTOR
 from edge_rl.device.policy import Policy, load_published
 from edge_rl.device.rollout import Rollout
 from edge_rl.device.runtime import load_runtime
@@ -131,6 +132,7 @@ class Actor(Worker):
         self.env_steps = 0
         self.pace = OfflinePace()
         self.split = TimeSplit()  # inference / env / transport, reported with each batch
+        self.observation_kind = VECTOR  # the env's, once run() has made it
         self.energy = energy  # None: this process's energy is counted by its learner
 
     def _first_policy(self) -> Policy:
@@ -189,6 +191,7 @@ class Actor(Worker):
             episode_returns=returns,
             env_steps=self.env_steps,
             costs=self._costs(),
+            observation_kind=self.observation_kind,
         ))
 
     def run(self) -> None:
@@ -204,6 +207,7 @@ class Actor(Worker):
         explorer = Explorer(settings, policy.metadata, np.random.default_rng(hello.seed))
         rollout = Rollout(hello.env_id, max(1, hello.num_envs), int(hello.seed),
                           hello.batch_transitions, explorer.random_actions(1)[0])
+        self.observation_kind = rollout.kind
         log.info("actor %s acting in %s (%d envs) with %s; %d batches spooled",
                  self.client.actor_id, hello.env_id, len(rollout.envs), policy.runtime,
                  len(self.spool))

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from edge_rl.device.errors import UserError
-from edge_rl.device.observations import observation_kind
+from edge_rl.device.observations import ObservationSpec, describe_observations
 
 CONTROL_SUITE = "dm_control/"  # shimmy's namespace: dm_control/<domain>-<task>-v0
 
@@ -62,12 +62,6 @@ def make_env(env_id: str, seed: int | None = None):
     return env
 
 
-def observation_shape(space) -> tuple[int, ...]:
-    """One observation's shape as stored, by its kind (edge_rl.device.observations); a
-    one-line error for spaces no kind handles (images, for now)."""
-    return observation_kind(space).shape(space)
-
-
 def action_spec(space) -> dict[str, Any]:
     """The action space as the dict stored in policy metadata."""
     import gymnasium as gym
@@ -90,10 +84,11 @@ def action_spec(space) -> dict[str, Any]:
     raise UserError(f"action space {space} is not supported (need Discrete or a 1-D Box)")
 
 
-def describe_env(env_id: str) -> tuple[tuple[int, ...], dict[str, Any]]:
-    """(observation shape, action spec) of an env id."""
+def describe_env(env_id: str) -> tuple[ObservationSpec, dict[str, Any]]:
+    """(observations' kind and shape, action spec) of an env id; a one-line error for
+    observations no kind handles (images, for now)."""
     env = make_env(env_id)
     try:
-        return observation_shape(env.observation_space), action_spec(env.action_space)
+        return describe_observations(env.observation_space), action_spec(env.action_space)
     finally:
         env.close()

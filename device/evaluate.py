@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edge_rl.device.envs import make_env, observation_shape
+from edge_rl.device.envs import make_env
 from edge_rl.device.errors import UserError
+from edge_rl.device.observations import describe_observations
 from edge_rl.device.policy import Policy
 
 
@@ -34,11 +35,13 @@ class EvalResult:
 def check_env_matches(policy: Policy, env) -> None:
     """A policy made for another env's specs is a user mistake, reported in one line."""
     meta = policy.metadata
-    obs_shape = observation_shape(env.observation_space)
-    if tuple(meta.observation_shape) != obs_shape:
+    observations = describe_observations(env.observation_space)
+    if (meta.observation, tuple(meta.observation_shape)) != (observations.kind.name,
+                                                             observations.shape):
         raise UserError(
-            f"this policy was made for {meta.env_id} (observations "
-            f"{list(meta.observation_shape)}), not for an env with observations {list(obs_shape)}"
+            f"this policy was made for {meta.env_id} ({meta.observation} observations "
+            f"{list(meta.observation_shape)}), not for an env with {observations.kind.name} "
+            f"observations {list(observations.shape)}"
         )
     space = env.action_space
     if meta.discrete != (getattr(space, "n", None) is not None) or (

@@ -1,9 +1,12 @@
 """Observation kinds: what edge-rl does with an env's observations, decided in one place.
 
 An `ObservationKind` says, for the observation spaces it accepts, the shape and dtype that
-rollouts batch, the wire carries and the replay stores, and how raw observations become that
-dtype. The env description, rollouts, the wire, the replay and the device's policy input ask
-the kind instead of assuming float vectors.
+rollouts batch, the wire carries, the replay stores and the policy network takes as input, and
+how raw observations become that dtype. An env's observations are described by an
+`ObservationSpec` (kind and shape, from `describe_observations`); the env description,
+rollouts, the wire, the replay, the network builders (edge_rl.agents.parts), the converter and
+the device's policy input ask it instead of assuming float vectors. A policy file names its
+observations' kind (PolicyMetadata.observation), so a device feeds it what it was built for.
 
 One kind exists: `vector`, any Box of numbers of rank 1 (plus the Control Suite's dict
 observations, flattened by edge_rl.device.envs), stored and fed as float32. Image observations
@@ -26,7 +29,7 @@ class ObservationKind:
     """How observations of one kind are shaped, stored and fed."""
 
     name: str
-    stored_dtype: str  # in rollouts, on the wire and in replay
+    stored_dtype: str  # in rollouts, on the wire, in replay and at the policy network's input
 
     def accepts(self, space: Any) -> bool:
         """Whether this kind handles observations from `space` (a gymnasium space)."""
@@ -44,8 +47,39 @@ class ObservationKind:
         return np.asarray(observations, dtype=self.stored_dtype)
 
 
-VECTOR = ObservationKind("vector", "float32")
-KINDS = {VECTOR.name: VECTOR}
+@dataclass(frozen=True)
+class ObservationSpec:
+    """An env's observations: their kind and one observation's shape as stored."""
+
+    kind: ObservationKind
+    shape: tuple[int, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.kind.stored_dtype
+
+    @property
+    def size(self) -> int:
+        """Numbers in one observation."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+KINDS: dict[str, ObservationKind] = {}
+
+
+def register_observation_kind(kind: ObservationKind) -> ObservationKind:
+    """Make `kind` known to env descriptions, policy files and the device runtime (a kind
+    whose `accepts` overlaps an earlier one's comes second to it)."""
+    KINDS[kind.name] = kind
+    return kind
+
+
+VECTOR = register_observation_kind(ObservationKind("vector", "float32"))
+
+
+def vector(shape: tuple[int, ...]) -> ObservationSpec:
+    """Float vector observations of this shape (what every env edge-rl runs today gives)."""
+    return ObservationSpec(VECTOR, tuple(int(d) for d in shape))
 
 
 def is_image(space: Any) -> bool:
@@ -54,6 +88,13 @@ def is_image(space: Any) -> bool:
 
     return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
             and len(space.shape) in (2, 3))
+
+
+def describe_observations(space: Any) -> ObservationSpec:
+    """The kind and stored shape of observations from `space`; a one-line UserError where no
+    kind handles it."""
+    kind = observation_kind(space)
+    return ObservationSpec(kind, kind.shape(space))
 
 
 def observation_kind(space: Any) -> ObservationKind:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_rl.core import ActorPolicy
+from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.outputs import greedy_actions, output_count
 from edge_rl.device.policy_file import (
     PolicyFileError,
@@ -98,10 +99,22 @@ class Policy(ActorPolicy):
         if meta.input_scale is not None:
             self._input_multiplier = (1.0 / np.asarray(meta.input_scale, np.float32)).reshape(
                 meta.observation_shape)
-        # Integer input: observation * multiplier / scale + zero point, rounded and clipped,
-        # folded into one factor. Integer output: (q - zero point) * scale.
+        # What the env's observations become before anything else: their kind's stored dtype,
+        # which is what the network takes unless its input is quantized.
+        self.observation_kind = OBSERVATION_KINDS[meta.observation]
+        input_dtype = np.dtype(inputs[0]["dtype"])
+        takes_observations = input_dtype == np.dtype(self.observation_kind.stored_dtype)
+        # or quantized integers made from float observations (int8 files for the Edge TPU)
+        quantized = input_dtype.kind in "iu" and bool(inputs[0]["quantization"][0])
+        if not takes_observations and not (quantized
+                                           and self.observation_kind.stored_dtype == "float32"):
+            raise PolicyFileError(
+                f"the network's input is {input_dtype.name}; {meta.observation} observations "
+                f"are {self.observation_kind.stored_dtype}")
+        # Quantized integer input: observation * multiplier / scale + zero point, rounded and
+        # clipped, folded into one factor. Integer output: (q - zero point) * scale.
         self._quantize = self._dequantize = None
-        if np.dtype(inputs[0]["dtype"]).kind in "iu":
+        if not takes_observations:
             self._quantize = _quantizer(inputs[0], self._input_multiplier)
             self._input_multiplier = None
         if np.dtype(outputs[0]["dtype"]).kind in "iu":
@@ -116,7 +129,8 @@ class Policy(ActorPolicy):
             self.low = np.asarray(meta.action["low"], np.float32)
             self.high = np.asarray(meta.action["high"], np.float32)
         try:  # one run now, so that a network that cannot run fails here and not mid-episode
-            self.outputs(np.zeros((self._batch, *meta.observation_shape), np.float32))
+            self.outputs(np.zeros((self._batch, *meta.observation_shape),
+                                  self.observation_kind.stored_dtype))
         except (ValueError, RuntimeError) as err:
             message = f"the TFLite runtime cannot run this model: {_first_line(err)}"
             raise PolicyFileError(message) from None
@@ -148,7 +162,7 @@ class Policy(ActorPolicy):
     def outputs(self, observations: np.ndarray) -> np.ndarray:
         """The network's output for a batch of observations, as float32; for two-output kinds
         (squashed_gaussian) both, concatenated along the last axis in the kind's order."""
-        obs = np.asarray(observations, dtype=np.float32)
+        obs = self.observation_kind.as_stored(observations)
         if self._input_multiplier is not None:
             obs = obs * self._input_multiplier
         elif self._quantize is not None:

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edge_rl.device.errors import PolicyFileError
+from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
+from edge_rl.device.observations import VECTOR
 from edge_rl.device.outputs import OUTPUT_KINDS
 from edge_rl.device.tflite_file import (
     output_quantization,
@@ -58,6 +60,8 @@ class PolicyMetadata:
     extra: dict[str, Any] = field(default_factory=dict)
     # The network takes observation / input_scale (flattened, one number a feature); None: as is
     input_scale: tuple[float, ...] | None = None
+    # the observations' kind (edge_rl.device.observations): what dtype the network's input is
+    observation: str = VECTOR.name
 
     @property
     def discrete(self) -> bool:
@@ -75,6 +79,8 @@ class PolicyMetadata:
             del doc["input_scale"]  # a format 1 document, as older runtimes read it
         else:
             doc["input_scale"] = list(self.input_scale)
+        if self.observation == VECTOR.name:
+            del doc["observation"]  # implied, as runtimes that know only vectors read it
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -89,6 +95,10 @@ class PolicyMetadata:
         doc["observation_shape"] = tuple(doc["observation_shape"])
         if doc.get("output") not in OUTPUT_KINDS:
             raise PolicyFileError(f"policy metadata names an unknown output {doc.get('output')!r}")
+        if doc.get("observation", VECTOR.name) not in OBSERVATION_KINDS:
+            raise PolicyFileError(f"policy metadata names observations of an unknown kind "
+                                  f"{doc.get('observation')!r} (this runtime knows "
+                                  f"{', '.join(OBSERVATION_KINDS)})")
         _check_action(doc.get("action"))
         if version == SCALED_INPUT_FORMAT:
             doc["input_scale"] = _checked_input_scale(doc.get("input_scale"),

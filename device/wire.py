@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_rl.device import wire_pb2
 from edge_rl.device.accounting import ACTOR_PARTS
-from edge_rl.device.observations import VECTOR
+from edge_rl.device.observations import VECTOR, ObservationKind
 
 PROTOCOL_VERSION = 1
 POLICY_CHUNK_BYTES = 1 << 20  # 1 MiB: well under gRPC's default 4 MB message limit
@@ -81,6 +81,7 @@ def encode_batch(
     episode_returns: Iterable[float] = (),
     env_steps: int = 0,
     costs: BatchCosts | None = None,
+    observation_kind: ObservationKind = VECTOR,
 ) -> bytes:
     t = transitions
     extra = {}
@@ -97,8 +98,8 @@ def encode_batch(
         incarnation=incarnation,
         seq=seq,
         policy_version=policy_version,
-        observation=to_tensor(VECTOR.as_stored(t.observation)),
-        next_observation=to_tensor(VECTOR.as_stored(t.next_observation)),
+        observation=to_tensor(observation_kind.as_stored(t.observation)),
+        next_observation=to_tensor(observation_kind.as_stored(t.next_observation)),
         action=to_tensor(t.action),
         deterministic_action=to_tensor(t.deterministic_action),
         reward=to_tensor(t.reward.astype(np.float32, copy=False)),

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from edge_rl.config import TF_BASELINE, TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.device.observations import ObservationSpec
 from edge_rl.rlx2 import OLDEST
 
 
@@ -63,14 +64,15 @@ class AgentFactory(Protocol):
     Options: type
     tf_agents_baseline: bool  # whether --actor-precision tf-fp32 can run its policy
 
-    def build(self, observation_shape: tuple[int, ...], action: dict, config: TrainConfig
+    def build(self, observation: ObservationSpec, action: dict, config: TrainConfig
               ) -> BuiltAgent:
-        """A fresh agent for these specs (variables created, train step jit-compiled)."""
+        """A fresh agent for these specs (variables created, train step jit-compiled); its
+        networks take observations of `observation.kind` (refuse a kind they cannot)."""
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         """How actor number `actor_index` explores."""
 
-    def layer_shapes(self, observation_shape: tuple[int, ...], action: dict,
+    def layer_shapes(self, observation: ObservationSpec, action: dict,
                      hidden: tuple[int, ...]) -> dict[str, list[tuple[int, int]]]:
         """Per sparsity role ("actor", "critic"), the Dense kernels of one network with these
         hidden sizes (for `--tiny`)."""
@@ -139,14 +141,14 @@ def check_action_space(factory: AgentFactory, env_id: str, action: dict) -> None
 
 
 def resolve_defaults(factory: AgentFactory, config: TrainConfig,
-                     observation_shape: tuple[int, ...] | None = None,
+                     observation: ObservationSpec | None = None,
                      action: dict | None = None) -> TrainConfig:
     """Fill the fields left at None: RLx2's and the sparse options' defaults, then the
     algorithm's. Resolving a resolved config changes nothing. `--tiny` needs the env's
-    `observation_shape` and `action`."""
+    `observation` and `action`."""
     config = _resolve_rlx2(config)
     config = _resolve_algorithm(factory, config)
-    return _resolve_sparse(factory, config, observation_shape, action)
+    return _resolve_sparse(factory, config, observation, action)
 
 
 def _resolve_rlx2(config: TrainConfig) -> TrainConfig:
@@ -205,7 +207,7 @@ def _replay_defaults(config: TrainConfig, dynamic_buffer: bool) -> dict[str, int
 
 
 def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
-                    observation_shape: tuple[int, ...] | None, action: dict | None
+                    observation: ObservationSpec | None, action: dict | None
                     ) -> TrainConfig:
     from edge_rl.sparse.distribution import layer_densities, parameter_count, tiny_hidden
 
@@ -220,12 +222,12 @@ def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
             raise UserError("--tiny trains a dense network: drop --topology")
         if not sparse_given:
             raise UserError("--tiny needs --sparsity (the sparse network whose size it matches)")
-        if observation_shape is None or action is None:
+        if observation is None or action is None:
             raise ValueError("--tiny is resolved with the env's specs")
         hidden = {"actor": config.hidden, "critic": config.critic_layers}
         for role, sparsity in config.sparsities.items():
             def shapes_for(sizes, role=role):
-                return factory.layer_shapes(observation_shape, action, sizes).get(role, [])
+                return factory.layer_shapes(observation, action, sizes).get(role, [])
             shapes = shapes_for(hidden[role])
             if not shapes:
                 continue

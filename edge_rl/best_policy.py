@@ -19,6 +19,7 @@ import numpy as np
 
 from edge_rl.checkpoint import write_json
 from edge_rl.device.envs import make_env
+from edge_rl.device.observations import describe_observations
 
 RECENT_ROWS = 500  # newest replay observations in the calibration rows
 SPREAD_ROWS = 1500  # rows spread evenly over the whole replay
@@ -45,10 +46,11 @@ def evenly_spaced(rows: np.ndarray, n: int) -> np.ndarray:
 def random_observations(env_id: str, count: int, seed: int) -> np.ndarray:
     """Observations from random play, to calibrate the first int8 policy before replay fills."""
     env = make_env(env_id, seed=seed)
+    kind = describe_observations(env.observation_space).kind
     obs, _ = env.reset(seed=seed)
     rows = []
     for _ in range(count):
-        rows.append(np.asarray(obs, np.float32))
+        rows.append(kind.as_stored(obs))
         obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
         if terminated or truncated:
             obs, _ = env.reset()

@@ -58,12 +58,12 @@ class RunExport:
         self.run_dir, self.verify_episodes = run_dir, verify_episodes
         config = TrainConfig.load(run_dir / "config.json")
         factory = get_algorithm(config.algo)
-        observation_shape, action = describe_env(config.env)
-        self.config = resolve_defaults(factory, config, observation_shape, action)
+        observation, action = describe_env(config.env)
+        self.config = resolve_defaults(factory, config, observation, action)
 
         from edge_rl.learner import Learner
 
-        self.learner = Learner(factory, self.config, observation_shape, action)
+        self.learner = Learner(factory, self.config, observation, action)
         self.learner.restore_actor(best)
         self.published = read_policy_metadata((best / "policy.tflite").read_bytes())
         with np.load(best / "observations.npz") as saved:

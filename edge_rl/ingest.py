@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edge_rl.device import wire_pb2
+from edge_rl.device.observations import ObservationSpec
 from edge_rl.device.wire import BatchCosts, batch_costs, validate_batch
 from edge_rl.exchange import Exchange, Ledger, PendingBatch, replay_key
 from edge_rl.replay import Replay
@@ -35,7 +36,7 @@ class Ingest:
         self.position: Position = tuple(position)  # end of the newest record in replay
         self.held: deque[PendingBatch] = deque()
 
-    def recover(self, observation_shape: tuple[int, ...], action: dict,
+    def recover(self, observation: ObservationSpec, action: dict,
                 account: Callable[[str, BatchCosts], None]) -> tuple[int, int]:
         """Insert the log's records after `position` (a restart's missing tail), telling
         `account` each one's (actor id, costs); returns (batches, transitions) put back."""
@@ -45,7 +46,7 @@ class Ingest:
             batch = wire_pb2.TrajectoryBatch()
             try:
                 batch.ParseFromString(payload)
-                arrays = validate_batch(batch, observation_shape, action)
+                arrays = validate_batch(batch, observation.shape, action, observation.dtype)
                 costs = batch_costs(batch)
             except Exception as err:  # accepted once, so this is disk damage
                 log.error("replay log record ending at %s is unreadable (%s); skipped", end, err)

@@ -15,6 +15,7 @@ from tf_agents.trajectories import trajectory
 from edge_rl import core
 from edge_rl.algorithm import AgentFactory, BuiltAgent
 from edge_rl.config import TrainConfig
+from edge_rl.device.observations import ObservationSpec
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf
 
@@ -45,7 +46,7 @@ def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.
                                  experience)
 
 
-def experience_signature(observation_shape: tuple[int, ...], action: dict,
+def experience_signature(observation: ObservationSpec, action: dict,
                          batch_size: int) -> trajectory.Trajectory:
     """The specs of what `to_trajectory` makes, for any number of updates: one signature, so
     the update loop is traced once whatever the chunk sizes."""
@@ -56,7 +57,7 @@ def experience_signature(observation_shape: tuple[int, ...], action: dict,
 
     return trajectory.Trajectory(
         step_type=spec((), tf.int32),
-        observation=spec(tuple(observation_shape), tf.float32),
+        observation=spec(observation.shape, tf.as_dtype(observation.dtype)),
         action=spec(() if discrete else tuple(action["shape"]),
                     tf.int64 if discrete else tf.float32),
         policy_info=(),
@@ -78,13 +79,13 @@ class Learner(core.Learner):
         self,
         factory: AgentFactory,
         config: TrainConfig,
-        observation_shape: tuple[int, ...],
+        observation: ObservationSpec,
         action: dict,
     ):
         self.config = config
-        self.observation_shape = tuple(observation_shape)
+        self.observation = observation
         self.action = action
-        self.built: BuiltAgent = factory.build(self.observation_shape, action, config)
+        self.built: BuiltAgent = factory.build(observation, action, config)
         self.agent = self.built.agent
         self.topology = None  # edge_rl.sparse.topology.Topology for sparse networks
         if config.is_sparse:
@@ -99,7 +100,7 @@ class Learner(core.Learner):
         # update costs ~0.3-1 ms of Python and dispatch overhead each time on this stack. The
         # number of updates is left open in the signature, so it is traced once per run.
         self._train_many = tf.function(self._train_loop, autograph=False, input_signature=[
-            experience_signature(self.observation_shape, action, config.batch_size)])
+            experience_signature(observation, action, config.batch_size)])
         self.trace_seconds: list[float] = []  # per trace of the update loop: its call's time
         self._traces = 0  # Python in _train_loop runs only while TensorFlow traces it
         self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
@@ -157,7 +158,8 @@ class Learner(core.Learner):
         """The fp32 network's noise-free actions (what an actor stores as deterministic)."""
         from edge_rl.device.outputs import greedy_actions
 
-        outputs = self.built.export_model(np.asarray(observations, np.float32), training=False)
+        outputs = self.built.export_model(self.observation.kind.as_stored(observations),
+                                          training=False)
         if isinstance(outputs, (list, tuple)):  # two outputs (squashed_gaussian), as Policy does
             outputs = tf.concat(outputs, axis=-1)
         low = high = None
@@ -172,7 +174,8 @@ class Learner(core.Learner):
             algo=self.config.algo,
             precision=precision,
             output=self.built.output_kind,
-            observation_shape=self.observation_shape,
+            observation_shape=self.observation.shape,
+            observation=self.observation.kind.name,
             action=self.action,
             policy_version=version,
             train_step=self.updates,

@@ -29,6 +29,7 @@ from edge_rl.device import wire_pb2
 from edge_rl.device.client import CHANNEL_OPTIONS, read_tokens
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.device.observations import VECTOR
 from edge_rl.device.wire import (
     PROTOCOL_VERSION,
     BatchError,
@@ -66,6 +67,7 @@ class RunInfo:
     num_envs: int
     seed: int
     exploration: Callable[[int], ExplorationSettings]  # actor index -> settings
+    observation_dtype: str = VECTOR.stored_dtype  # as the observations' kind stores them
 
 
 class LearnerService:
@@ -150,7 +152,8 @@ class LearnerService:
             self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION,
                          f"actor {batch.actor_id[:64]!r} has not said Hello to this learner")
         try:
-            transitions = validate_batch(batch, self.run.observation_shape, self.run.action)
+            transitions = validate_batch(batch, self.run.observation_shape, self.run.action,
+                                         self.run.observation_dtype)
             costs = batch_costs(batch)
         except BatchError as err:
             self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))

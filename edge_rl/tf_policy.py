@@ -30,6 +30,7 @@ from tf_agents.trajectories import time_step as ts
 
 from edge_rl.core import ActorPolicy
 from edge_rl.device.errors import PolicyFileError
+from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf
 
@@ -185,7 +186,7 @@ class TFAgentsPolicy(ActorPolicy):
             step = ts.TimeStep(
                 step_type=np.ones(n, np.int32), reward=np.zeros(n, np.float32),
                 discount=np.ones(n, np.float32),
-                observation=np.asarray(observations, np.float32),
+                observation=OBSERVATION_KINDS[self.metadata.observation].as_stored(observations),
             )
             action = loaded.policy.action(step).action.numpy()
         if self.metadata.discrete:

@@ -59,18 +59,18 @@ PUBLISH_XZ_PRESET = 1  # broadcasts: fast; `edge-rl export` packs with the stron
 
 
 def prepare(config: TrainConfig, resume: bool = False):
-    """Check the request, fill in defaults; returns (config, factory, obs shape, action)."""
+    """Check the request, fill in defaults; returns (config, factory, observations, action)."""
     factory = get_algorithm(config.algo)
-    observation_shape, action = describe_env(config.env)
+    observation, action = describe_env(config.env)
     check_action_space(factory, config.env, action)
-    config = resolve_defaults(factory, config, observation_shape, action)
+    config = resolve_defaults(factory, config, observation, action)
     config.validate()
     run_dir = config.run_dir
     if not resume and latest_checkpoint(run_dir / "checkpoints") is not None:
         raise UserError(f"{run_dir} already holds a run: add --resume, or pick another --out")
     if resume and latest_checkpoint(run_dir / "checkpoints") is None:
         raise UserError(f"nothing to resume in {run_dir}: it has no checkpoint")
-    return config, factory, observation_shape, action
+    return config, factory, observation, action
 
 
 class Training:
@@ -80,7 +80,7 @@ class Training:
         # seconds from the process's start to each first event (summary.json's "startup")
         self.startup: dict[str, float] = {}
         self.mark("training_start")
-        self.config, self.factory, self.observation_shape, self.action = prepare(config, resume)
+        self.config, self.factory, self.observation, self.action = prepare(config, resume)
         config = self.config
         # First, so the energy figure includes the start-up (TensorFlow's import, tracing)
         self.costs = RunCosts(config.carbon, config.country, config.cpu_watts)
@@ -95,18 +95,18 @@ class Training:
         if config.lockstep:
             tf.config.experimental.enable_op_determinism()
         self.tf = tf
-        self.learner: core.Learner = Learner(self.factory, config, self.observation_shape,
-                                             self.action)
+        self.learner: core.Learner = Learner(self.factory, config, self.observation, self.action)
         self.mark("agent_built")
         discrete = self.action["kind"] == "discrete"
         self.replay: core.ReplayBuffer = Replay(
             config.replay_capacity,
-            self.observation_shape,
+            self.observation.shape,
             () if discrete else tuple(self.action["shape"]),
             "int64" if discrete else "float32",
             gamma=config.gamma,
             nstep=config.nstep,
             seed=config.seed,
+            observation_dtype=self.observation.dtype,
         )
         self.state = RunState()
         if resume:
@@ -116,7 +116,7 @@ class Training:
                              self.state.actors, self.state.log_position)
         self.exchange: core.PolicyExchange = self.ingest.exchange
         if resume:
-            batches, transitions = self.ingest.recover(self.observation_shape, self.action,
+            batches, transitions = self.ingest.recover(self.observation, self.action,
                                                        self.account)
             self.state.env_steps += transitions
             log.info("replay log: %d batches (%d transitions) after the checkpoint put back",
@@ -338,7 +338,8 @@ class Training:
             run_id=self.state.run_id,
             env_id=config.env,
             algo=config.algo,
-            observation_shape=self.observation_shape,
+            observation_shape=self.observation.shape,
+            observation_dtype=self.observation.dtype,
             action=self.action,
             batch_transitions=config.batch_transitions,
             max_in_flight=1 if config.lockstep else config.max_in_flight,

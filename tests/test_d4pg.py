@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from edge_rl.device.errors import UserError
+from edge_rl.device.observations import vector
 
-PENDULUM = ((3,), {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]})
+PENDULUM = (vector((3,)), {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]})
 SMALL_SUPPORT = {"atoms": 5, "v_min": -2.0, "v_max": 2.0}  # z = -2, -1, 0, 1, 2; dz = 1
 
 
@@ -208,8 +209,8 @@ def test_builds_sparse_exports_the_actor_and_checkpoints(tmp_path):
 def test_builds_on_pendulum_specs_from_describe_env():
     from edge_rl.device.envs import describe_env
 
-    shape, action = describe_env("Pendulum-v1")
-    assert (shape, action["kind"]) == (PENDULUM[0], "continuous")
+    observation, action = describe_env("Pendulum-v1")
+    assert (observation, action["kind"]) == (PENDULUM[0], "continuous")
     built = build(hidden=(8,))
     assert built.export_model.output_shape == (None, 1)
 

@@ -13,10 +13,10 @@ CARTPOLE = "dm_control/cartpole-balance-v0"
 
 
 def test_control_suite_observations_come_flattened_and_episodes_are_truncated():
-    shape, action = describe_env(CARTPOLE)
-    assert shape == (5,)  # position (3) then velocity (2), the task's own order
+    observation, action = describe_env(CARTPOLE)
+    assert observation.shape == (5,)  # position (3) then velocity (2), the task's own order
     assert action == {"kind": "continuous", "shape": [1], "low": [-1.0], "high": [1.0]}
-    assert describe_env("dm_control/walker-stand-v0")[0] == (24,)
+    assert describe_env("dm_control/walker-stand-v0")[0].shape == (24,)
 
     first, second = make_env(CARTPOLE, seed=4), make_env(CARTPOLE, seed=4)
     obs, _ = first.reset(seed=4)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from edge_rl.device.exploration import ExplorationSettings, Explorer, sac_sample
+from edge_rl.device.observations import vector
 from edge_rl.device.policy_file import PolicyMetadata
 
 
@@ -64,7 +65,7 @@ def test_sac_sampling_matches_tf_agents_distribution():
 
     low, high = np.asarray([-2.0, 0.0], np.float32), np.asarray([2.0, 1.0], np.float32)
     action = {"kind": "continuous", "shape": [2], "low": low.tolist(), "high": high.tolist()}
-    time_step_spec, action_spec = tf_specs((3,), action)
+    time_step_spec, action_spec = tf_specs(vector((3,)), action)
     actor = SquashedGaussianActor(time_step_spec.observation, action_spec, (16,))
     observation = tf.constant([[0.3, -1.0, 2.0]], tf.float32)
     actor.create_variables(time_step_spec.observation)
@@ -99,12 +100,12 @@ def test_a_sac_file_outputs_the_greedy_action_first_and_actors_sample_its_second
 
     low, high = np.asarray([-2.0, 0.0], np.float32), np.asarray([2.0, 1.0], np.float32)
     action = {"kind": "continuous", "shape": [2], "low": low.tolist(), "high": high.tolist()}
-    time_step_spec, action_spec = tf_specs((3,), action)
+    time_step_spec, action_spec = tf_specs(vector((3,)), action)
     actor = SquashedGaussianActor(time_step_spec.observation, action_spec, (16,))
     actor.create_variables(time_step_spec.observation)
     actor.head.set_weights([np.zeros((16, 4), np.float32),
                             np.asarray([0.4, -1.2, np.log(0.5), np.log(1.5)], np.float32)])
-    model = export_model((3,), [*actor.hidden_layers, actor.head],
+    model = export_model(vector((3,)), [*actor.hidden_layers, actor.head],
                          squashed_gaussian_outputs(action_spec))
     meta = PolicyMetadata(env_id="Test-v0", algo="sac", precision="fp32",
                           output="squashed_gaussian", observation_shape=(3,), action=action)

@@ -48,9 +48,9 @@ def make_run(folder: Path, wreck_int8: bool) -> Path:
     env = "Pendulum-v1"
     config = TrainConfig(env=env, algo="td3", hidden=(32, 32), out=str(folder), seed=0)
     factory = get_algorithm("td3")
-    shape, action = describe_env(env)
-    config = resolve_defaults(factory, config, shape, action)
-    learner = Learner(factory, config, shape, action)
+    observation, action = describe_env(env)
+    config = resolve_defaults(factory, config, observation, action)
+    learner = Learner(factory, config, observation, action)
     dense = [layer for layer in learner.built.export_model.layers if hasattr(layer, "kernel")]
     if wreck_int8:
         kernel, bias = dense[1].get_weights()

@@ -26,11 +26,11 @@ def exported_network(algo: str):
     env = CASES[algo]
     factory = get_algorithm(algo)
     config = resolve_defaults(factory, TrainConfig(env=env, algo=algo, hidden=(64, 64)))
-    shape, action = describe_env(env)
+    observation, action = describe_env(env)
     tf.keras.utils.set_random_seed(0)
-    built = factory.build(shape, action, config)
+    built = factory.build(observation, action, config)
     meta = PolicyMetadata(env_id=env, algo=algo, precision="int8", output=built.output_kind,
-                          observation_shape=shape, action=action)
+                          observation_shape=observation.shape, action=action)
     return built.export_model, meta
 
 

@@ -5,11 +5,12 @@ import math
 import numpy as np
 import pytest
 
+from edge_rl.device.observations import vector
 from edge_rl.sparse.distribution import active_counts, layer_densities, parameter_count
 from edge_rl.sparse.flops import GroupCount, LayerCount, flops_report, forward_flops
 
-CARTPOLE = ((4,), {"kind": "discrete", "n": 2})
-PENDULUM = ((3,), {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]})
+CARTPOLE = (vector((4,)), {"kind": "discrete", "n": 2})
+PENDULUM = (vector((3,)), {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]})
 
 
 def test_erk_keeps_the_budget_and_makes_small_layers_dense():
@@ -59,14 +60,14 @@ def learner_for(algo, specs, **options):
 
 def random_batch(specs, n, seed=0):
     rng = np.random.default_rng(seed)
-    observation_shape, action = specs
+    observation, action = specs
     if action["kind"] == "discrete":
         actions = rng.integers(0, action["n"], n)
     else:
         actions = rng.uniform(-2, 2, (n, *action["shape"])).astype(np.float32)
     return {
-        "observation": rng.standard_normal((n, *observation_shape)).astype(np.float32),
-        "next_observation": rng.standard_normal((n, *observation_shape)).astype(np.float32),
+        "observation": rng.standard_normal((n, *observation.shape)).astype(np.float32),
+        "next_observation": rng.standard_normal((n, *observation.shape)).astype(np.float32),
         "action": actions,
         "reward": rng.standard_normal(n).astype(np.float32),
         "discount": np.full(n, 0.99, np.float32),
@@ -194,17 +195,17 @@ def test_tiny_matches_the_sparse_parameter_count():
     from edge_rl.config import TrainConfig
 
     factory = get_algorithm("td3")
-    observation_shape, action = (17,), {"kind": "continuous", "shape": [6], "low": [-1] * 6,
+    observation, action = vector((17,)), {"kind": "continuous", "shape": [6], "low": [-1] * 6,
                                        "high": [1] * 6}
     config = resolve_defaults(factory, TrainConfig(algo="td3", env="HalfCheetah-v5",
                                                    sparsity=0.9, critic_sparsity=0.85,
-                                                   tiny=True), observation_shape, action)
+                                                   tiny=True), observation, action)
     assert not config.is_sparse
     for role, sparsity, hidden in (("actor", 0.9, config.hidden),
                                    ("critic", 0.85, config.critic_hidden)):
-        full = factory.layer_shapes(observation_shape, action, (256, 256))[role]
+        full = factory.layer_shapes(observation, action, (256, 256))[role]
         target = parameter_count(full, layer_densities(full, sparsity, "erk"))
-        tiny = parameter_count(factory.layer_shapes(observation_shape, action, hidden)[role])
+        tiny = parameter_count(factory.layer_shapes(observation, action, hidden)[role])
         assert abs(tiny - target) / target < 0.05, (role, hidden)
     # resolving the saved config again changes nothing
-    assert resolve_defaults(factory, config, observation_shape, action) == config
+    assert resolve_defaults(factory, config, observation, action) == config

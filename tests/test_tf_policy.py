@@ -20,10 +20,10 @@ from edge_rl.tf_setup import tf
 def learner_for(algo: str, env: str) -> Learner:
     tf.keras.utils.set_random_seed(0)
     factory = get_algorithm(algo)
-    shape, action = describe_env(env)
+    observation, action = describe_env(env)
     config = resolve_defaults(factory, TrainConfig(algo=algo, env=env, hidden=(64, 64),
                                                    actor_precision="tf-fp32"))
-    return Learner(factory, config, shape, action)
+    return Learner(factory, config, observation, action)
 
 
 def move_weights(learner: Learner, rng: np.random.Generator) -> None:
@@ -37,7 +37,7 @@ def move_weights(learner: Learner, rng: np.random.Generator) -> None:
 def test_broadcasts_act_like_the_learner_and_follow_its_updates(algo, env):
     learner = learner_for(algo, env)
     rng = np.random.default_rng(0)
-    shape = learner.observation_shape
+    shape = learner.observation.shape
     observations = rng.normal(size=(64, *shape)).astype(np.float32)
 
     first = load_published(learner.publish_tf_agents(1))

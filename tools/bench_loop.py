@@ -73,7 +73,8 @@ from edge_rl.server import Exchange, LearnerService, RunInfo, start_server
 from edge_rl.train import run_training
 
 ENV_ID = "HalfCheetah-v5"
-OBS_SHAPE, ACTION = describe_env(ENV_ID)
+OBSERVATION, ACTION = describe_env(ENV_ID)
+OBS_SHAPE = OBSERVATION.shape
 SIZES = {"256x256": (256, 256), "1024x1024": (1024, 1024), "2048x2048x2048": (2048,) * 3}
 BATCH_TRANSITIONS = 256  # --batch-transitions of the measured actors (edge-rl's default: 64)
 PUBLISH_EVERY = TrainConfig.publish_every
@@ -106,9 +107,9 @@ def metadata(precision: str) -> PolicyMetadata:
 
 def build_actor(hidden: tuple[int, ...]):
     """(Keras model, TF-Agents actor network, specs) sharing the same layers, as TD3 has them."""
-    time_step_spec, action_spec = tf_specs(OBS_SHAPE, ACTION)
+    time_step_spec, action_spec = tf_specs(OBSERVATION, ACTION)
     network = deterministic_actor(time_step_spec.observation, action_spec, hidden)
-    model = export_model(OBS_SHAPE, network.layers)
+    model = export_model(OBSERVATION, network.layers)
     return model, network, time_step_spec, action_spec
 
 
@@ -377,9 +378,9 @@ def bench_learner(args, algo: str, env_id: str) -> dict:
     progress(f"learner {algo} {env_id}: {args.updates} updates per variant and round")
     factory = get_algorithm(algo)
     config = resolve_defaults(factory, TrainConfig(env=env_id, algo=algo))
-    shape, action = describe_env(env_id)
-    learner = Learner(factory, config, shape, action)
-    replay = filled_replay(config, shape, action, 50_000, args.seed)
+    observation, action = describe_env(env_id)
+    learner = Learner(factory, config, observation, action)
+    replay = filled_replay(config, observation.shape, action, 50_000, args.seed)
     batch, chunk = config.batch_size, 50  # edge_rl.train.UPDATES_PER_CHUNK
     calibration = replay.recent_observations(500)
     per_call = tf.function(learner.agent.train)

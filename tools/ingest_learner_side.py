@@ -85,20 +85,20 @@ def build_learner_side(args: argparse.Namespace) -> LearnerSide:
     from edge_rl.train import prepare
 
     tmp = tempfile.TemporaryDirectory(prefix="edge-rl-bench-ingest-")
-    config, factory, observation_shape, action = prepare(TrainConfig(
+    config, factory, observation, action = prepare(TrainConfig(
         env=ENV_ID, algo="td3", seed=args.seed, out=str(Path(tmp.name) / "run"),
         actors=args.actors, max_in_flight=args.window,
         batch_transitions=args.batch_transitions[0]))
     tf.keras.utils.set_random_seed(config.seed)
-    learner = Learner(factory, config, observation_shape, action)
-    replay = Replay(config.replay_capacity, observation_shape, tuple(action["shape"]), "float32",
+    learner = Learner(factory, config, observation, action)
+    replay = Replay(config.replay_capacity, observation.shape, tuple(action["shape"]), "float32",
                     gamma=config.gamma, nstep=config.nstep, seed=config.seed)
     rng = np.random.default_rng(args.seed)
     for first in range(0, PREFILL, 1000):
         replay.insert(0, synthetic_transitions(1000, first, rng))
     ingest = Ingest(config.run_dir / "replay-log", replay, {}, {}, (0, 0))
     run = RunInfo(
-        run_id="bench-ingest", env_id=ENV_ID, algo="td3", observation_shape=observation_shape,
+        run_id="bench-ingest", env_id=ENV_ID, algo="td3", observation_shape=observation.shape,
         action=action, batch_transitions=config.batch_transitions,
         max_in_flight=config.max_in_flight, lockstep=False, num_envs=1, seed=config.seed,
         exploration=lambda index: factory.exploration(config, index),

@@ -30,11 +30,11 @@ from edge_rl.tf_setup import tf
 def sizes(env: str, sparsity: float) -> dict[str, float]:
     tf.keras.utils.set_random_seed(0)
     factory = get_algorithm("td3")
-    observation_shape, action = describe_env(env)
+    observation, action = describe_env(env)
     config = TrainConfig(algo="td3", env=env, sparsity=sparsity)
-    config = resolve_defaults(factory, config, observation_shape, action)
-    learner = Learner(factory, config, observation_shape, action)
-    calibration = np.random.default_rng(0).normal(size=(500, *observation_shape))
+    config = resolve_defaults(factory, config, observation, action)
+    learner = Learner(factory, config, observation, action)
+    calibration = np.random.default_rng(0).normal(size=(500, *observation.shape))
     model = learner.built.export_model
 
     def build(precision: str, sparse_encoding: bool = False) -> bytes:

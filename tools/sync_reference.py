@@ -80,18 +80,18 @@ def run(args: argparse.Namespace) -> dict:
     from edge_rl.tf_setup import tf
 
     factory = get_algorithm(args.algo)
-    observation_shape, action = describe_env(args.env)
+    observation, action = describe_env(args.env)
     check_action_space(factory, args.env, action)
-    config = resolve_defaults(factory, reference_config(args), observation_shape, action)
+    config = resolve_defaults(factory, reference_config(args), observation, action)
     config.validate()
     out = args.out or Path("runs") / f"sync-{args.env.replace('/', '-')}-{args.algo}-{args.seed}"
     out.mkdir(parents=True, exist_ok=True)
     config.save(out / "config.json")
 
     tf.keras.utils.set_random_seed(config.seed)
-    learner = Learner(factory, config, observation_shape, action)
+    learner = Learner(factory, config, observation, action)
     discrete = action["kind"] == "discrete"
-    replay = Replay(config.replay_capacity, observation_shape,
+    replay = Replay(config.replay_capacity, observation.shape,
                     () if discrete else tuple(action["shape"]),
                     "int64" if discrete else "float32", gamma=config.gamma, nstep=config.nstep,
                     seed=config.seed)

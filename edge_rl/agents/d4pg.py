@@ -206,8 +206,8 @@ class D4PG:
             if not 0.0 < self.tau <= 1.0 or self.exploration_noise < 0:
                 raise UserError("--tau must be in (0, 1] and --exploration-noise >= 0")
 
-    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
-        time_step_spec, action_spec = tf_specs(observation_shape, action)
+    def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse
         options = config.algo_options
@@ -241,12 +241,12 @@ class D4PG:
             SparseGroup("critic", "critic", [critic_net], [agent._target_critic_network],
                         critic_optimizer, passes=(3, 2)),
         ]
-        return deterministic_actor_critic(agent, observation_shape, actor, actor_optimizer,
+        return deterministic_actor_critic(agent, observation, actor, actor_optimizer,
                                           critic_optimizer, groups)
 
-    def layer_shapes(self, observation_shape, action, hidden):
+    def layer_shapes(self, observation, action, hidden):
         # Only the hidden sizes reach here: the critic's output is the default support's size.
-        n_obs, n_act = int(np.prod(observation_shape)), int(np.prod(action["shape"]))
+        n_obs, n_act = observation.size, int(np.prod(action["shape"]))
         atoms = self.defaults["algo_options"]["atoms"]
         return {"actor": mlp_shapes(n_obs, hidden, n_act),
                 "critic": mlp_shapes(n_obs + n_act, hidden, atoms)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.utils import common
 
@@ -81,8 +80,8 @@ class DQN:
                 raise UserError("--target-update-period must be >= 1 and "
                                 "--target-update-tau in (0, 1]")
 
-    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
-        time_step_spec, action_spec = tf_specs(observation_shape, action)
+    def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        time_step_spec, action_spec = tf_specs(observation, action)
         net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,
                               config.is_sparse)
         optimizer = MaskedAdam(learning_rate=learning_rate_schedule(config))
@@ -101,7 +100,7 @@ class DQN:
         agent.initialize()
         # Actors get the centered advantages A - mean(A): same argmax as Q, but on the scale
         # of the gaps between actions, which int8 can resolve (see DuelingQNetwork).
-        advantages = export_model(observation_shape, net.greedy_layers)
+        advantages = export_model(observation, net.greedy_layers)
         # One network, exported to the actors, so the actor's sparsity applies. Forward: the
         # online network on both observations (double Q) and the target; backward: the loss.
         groups = [SparseGroup("q", "actor", [net], [agent._target_q_network], optimizer,
@@ -113,8 +112,8 @@ class DQN:
         return BuiltAgent(agent, advantages, "q_values", {"optimizer": optimizer}, net,
                           groups, losses)
 
-    def layer_shapes(self, observation_shape, action, hidden):
-        sizes = [int(np.prod(observation_shape)), *hidden[:-1]]  # the trunk's
+    def layer_shapes(self, observation, action, hidden):
+        sizes = [observation.size, *hidden[:-1]]  # the trunk's
         trunk = list(zip(sizes[:-1], sizes[1:], strict=True))
         head_in = sizes[-1]
         value = mlp_shapes(head_in, hidden[-1:], 1)

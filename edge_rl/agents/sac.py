@@ -50,8 +50,8 @@ class SAC:
             if not 0.0 < self.tau <= 1.0:
                 raise UserError("--tau must be in (0, 1]")
 
-    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
-        time_step_spec, action_spec = tf_specs(observation_shape, action)
+    def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse
         actor = SquashedGaussianActor(obs_spec, action_spec, config.hidden, sparse)
@@ -99,12 +99,12 @@ class SAC:
             }
 
         layers = [*actor.hidden_layers, actor.head]
-        model = export_model(observation_shape, layers, squashed_gaussian_outputs(action_spec))
+        model = export_model(observation, layers, squashed_gaussian_outputs(action_spec))
         return BuiltAgent(agent, model, "squashed_gaussian",
                           optimizers, actor, groups, losses)
 
-    def layer_shapes(self, observation_shape, action, hidden):
-        n_obs, n_act = int(np.prod(observation_shape)), int(np.prod(action["shape"]))
+    def layer_shapes(self, observation, action, hidden):
+        n_obs, n_act = observation.size, int(np.prod(action["shape"]))
         return {"actor": mlp_shapes(n_obs, hidden, 2 * n_act),
                 "critic": mlp_shapes(n_obs + n_act, hidden, 1)}
 

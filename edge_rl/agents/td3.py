@@ -54,8 +54,8 @@ class TD3:
                    self.exploration_noise) < 0:
                 raise UserError("noise settings must not be negative")
 
-    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
-        time_step_spec, action_spec = tf_specs(observation_shape, action)
+    def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse
         actor = deterministic_actor(obs_spec, action_spec, config.hidden, sparse)
@@ -90,11 +90,11 @@ class TD3:
                         [agent._target_critic_network_1, agent._target_critic_network_2],
                         critic_optimizer, passes=(4 + 1 / d, 2 + 1 / d)),
         ]
-        return deterministic_actor_critic(agent, observation_shape, actor, actor_optimizer,
+        return deterministic_actor_critic(agent, observation, actor, actor_optimizer,
                                           critic_optimizer, groups)
 
-    def layer_shapes(self, observation_shape, action, hidden):
-        n_obs, n_act = int(np.prod(observation_shape)), int(np.prod(action["shape"]))
+    def layer_shapes(self, observation, action, hidden):
+        n_obs, n_act = observation.size, int(np.prod(action["shape"]))
         return {"actor": mlp_shapes(n_obs, hidden, n_act),
                 "critic": mlp_shapes(n_obs + n_act, hidden, 1)}
 

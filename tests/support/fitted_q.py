@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from tf_agents.agents import data_converter, tf_agent
 from tf_agents.networks import network
 from tf_agents.policies import q_policy
@@ -118,20 +117,20 @@ class FittedQ:
             if self.iteration_updates < 1:
                 raise UserError("--iteration-updates must be >= 1")
 
-    def build(self, observation_shape, action, config: TrainConfig) -> BuiltAgent:
+    def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
         if config.is_sparse:
             raise UserError("fitted-q trains dense networks only")
-        time_step_spec, action_spec = tf_specs(observation_shape, action)
+        time_step_spec, action_spec = tf_specs(observation, action)
         net = QNetwork(time_step_spec.observation, action["n"], config.hidden)
         optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
         agent = FittedQAgent(time_step_spec, action_spec, net, optimizer, config.gamma,
                              config.algo_options["iteration_updates"])
         agent.initialize()
-        return BuiltAgent(agent, export_model(observation_shape, net.layers_in_order),
+        return BuiltAgent(agent, export_model(observation, net.layers_in_order),
                           "q_values", {"optimizer": optimizer}, net)
 
-    def layer_shapes(self, observation_shape, action, hidden):
-        return {"actor": mlp_shapes(int(np.prod(observation_shape)), hidden, action["n"])}
+    def layer_shapes(self, observation, action, hidden):
+        return {"actor": mlp_shapes(observation.size, hidden, action["n"])}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         options = config.algo_options

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from edge_rl.agents.parts.networks import export_model
 from edge_rl.algorithm import BuiltAgent, SparseGroup
+from edge_rl.device.observations import ObservationSpec
 
 
-def deterministic_actor_critic(agent, observation_shape: tuple[int, ...], actor,
+def deterministic_actor_critic(agent, observation: ObservationSpec, actor,
                                actor_optimizer, critic_optimizer,
                                groups: list[SparseGroup]) -> BuiltAgent:
     """The BuiltAgent of an agent whose deterministic `actor` is what actors run (TD3, D4PG),
@@ -23,7 +24,7 @@ def deterministic_actor_critic(agent, observation_shape: tuple[int, ...], actor,
 
     return BuiltAgent(
         agent,
-        export_model(observation_shape, actor.layers),
+        export_model(observation, actor.layers),
         "action",
         {"actor_optimizer": actor_optimizer, "critic_optimizer": critic_optimizer},
         actor,

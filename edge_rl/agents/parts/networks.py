@@ -12,6 +12,7 @@ from tf_agents.distributions import utils as distribution_utils
 from tf_agents.networks import network, sequential
 from tf_agents.specs import distribution_spec, tensor_spec
 
+from edge_rl.device.observations import ObservationSpec
 from edge_rl.sparse.masks import dense, unwrap
 from edge_rl.tf_setup import tf
 
@@ -157,12 +158,14 @@ def squashed_gaussian_outputs(action_spec):
     return outputs
 
 
-def export_model(observation_shape: tuple[int, ...], layers: list, transform=None):
-    """A functional Keras model through `layers` (shared, not copied), for the converter.
+def export_model(observation: ObservationSpec, layers: list, transform=None):
+    """A functional Keras model through `layers` (shared, not copied), for the converter; its
+    input takes observations as their kind stores them.
 
     Pruning wrappers are left out: the model calls the plain layers inside them, whose kernels
     hold exact zeros where the masks are off (the converter cannot take TFMOT's mask ops)."""
-    inputs = tf.keras.Input(shape=observation_shape, dtype=tf.float32, name="observation")
+    inputs = tf.keras.Input(shape=observation.shape, dtype=tf.as_dtype(observation.dtype),
+                            name="observation")
     x = inputs
     for layer in layers:
         x = unwrap(layer)(x)
