@@ -1,5 +1,6 @@
 """The DeepMind Control Suite through shimmy ([dmc] extra), and D4PG on it end to end."""
 
+import subprocess
 import sys
 
 import numpy as np
@@ -31,12 +32,20 @@ def test_control_suite_observations_come_flattened_and_episodes_are_truncated():
     assert (steps, terminated, truncated) == (1000, False, True)
 
 
-def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
+def test_without_the_extra_the_error_says_what_to_install(monkeypatch, cartpole_policy):
     monkeypatch.setitem(sys.modules, "shimmy", None)  # as if shimmy were not installed
     with pytest.raises(UserError, match=r"pip install 'edge-rl\[dmc\]'"):
         make_env(CARTPOLE)
-    result = edge_rl("eval", "missing.tflite", "--env", "dm_control/nope-v0")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    # the command, in its own process without shimmy, on a real policy file: the env is what
+    # fails, with one line
+    without_shimmy = ("import sys; sys.modules['shimmy'] = None; from edge_rl.cli import main; "
+                      f"sys.argv = ['edge-rl', 'eval', {str(cartpole_policy)!r}, '--env', "
+                      f"{CARTPOLE!r}]; main()")
+    result = subprocess.run([sys.executable, "-c", without_shimmy], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    ours = [line for line in result.stderr.splitlines() if line.startswith("edge-rl:")]
+    assert len(ours) == 1 and "pip install 'edge-rl[dmc]'" in ours[0], result.stderr
 
 
 @pytest.mark.slow
@@ -56,7 +65,6 @@ def test_d4pg_on_the_control_suite_resumes_exports_evaluates_and_reports(tmp_pat
                   "--seed", "0")
     assert (first["algo"], first["env"], first["precision"]) == ("d4pg", CARTPOLE, "int8")
     assert first["updates"] > 500 and first["policies_published"] >= 1
-    assert 0.0 <= first["final_return"]["mean"] <= 1000.0
     assert first["energy"]["joules"] > 0
     assert first["time_breakdown"]["actors"]["inference"] > 0
     assert "ai_edge_litert" in (out / "logs" / "actor-0.log").read_text()
@@ -72,10 +80,13 @@ def test_d4pg_on_the_control_suite_resumes_exports_evaluates_and_reports(tmp_pat
     exported = tmp_path / "p8.tflite"
     result = edge_rl("export", out, "--int8", "-o", exported, "--verify-episodes", "1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "greedy return (int8)" in result.stdout
+    verified = float(result.stdout.split("greedy return (int8): ")[1].split()[0])
     result = edge_rl("eval", exported, "--episodes", "1")  # the env id comes from the file
     assert result.returncode == 0, result.stderr[-3000:]
-    assert 0.0 <= float(result.stdout.split("return: ")[1].split()[0]) <= 1000.0
+    # the same file on the same reset seed: the device runtime's return is the one the export
+    # verified (a free-running 1000-step episode, no edge-rl code between env and file)
+    assert float(result.stdout.split("return: ")[1].split()[0]) == pytest.approx(verified,
+                                                                                 abs=0.01)
 
     report = tmp_path / "report"
     build_report([out], report)

@@ -11,6 +11,7 @@ import pytest
 from conftest import EDGE_RL
 
 from edge_rl.checkpoint import latest_checkpoint
+from edge_rl.device.accounting import DEFAULT_CPU_WATTS, cpu_method
 
 pytestmark = pytest.mark.slow
 
@@ -74,12 +75,15 @@ def test_ctrl_c_stops_the_actors_and_writes_a_final_checkpoint(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "interrupted"
     assert summary["steps"] > 0
-    # One energy figure for the machine: the learner's process tree (its two actors included,
-    # each once), which cannot exceed every core busy for the whole run.
+    # One energy figure for the machine (RAPL where the kernel gives it, else the learner's
+    # process tree, its two actors included, each once); local actors report nothing themselves
     energy = summary["energy"]
-    assert energy["method"] == "learner machine: cpu-seconds x 10 W/core"
-    assert energy["remote_actors_joules"] == 0  # local actors report nothing themselves
-    assert 0 < energy["joules"] <= os.cpu_count() * summary["wall_clock_seconds"] * 10 * 1.1
+    assert energy["method"].startswith("learner machine: ") and energy["joules"] > 0
+    assert energy["remote_actors_joules"] == 0
+    if energy["method"] == f"learner machine: {cpu_method(DEFAULT_CPU_WATTS)}":
+        # cpu-seconds x watts cannot exceed every core busy for the whole run
+        assert energy["joules"] <= (os.cpu_count() * summary["wall_clock_seconds"]
+                                    * DEFAULT_CPU_WATTS * 1.1)
     assert energy["emissions_kg"] == pytest.approx(
         energy["kwh"] * energy["carbon_intensity_g_per_kwh"] / 1000, rel=1e-3)
     assert summary["time_breakdown"]["actors"]["env"] > 0

@@ -110,8 +110,16 @@ def test_save_and_load_round_trip(tmp_path):
     a, b = replay.sample(32), restored.sample(32)  # same sampler state, same samples
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
-    restored.insert(1, batch(5, [4], [5]))  # open episode still linked after loading
-    assert restored.data["successor"].max() >= 0
+    # the open episode is still linked after loading: its next transition becomes the
+    # successor of its last stored one
+    def position(step):
+        d = restored.data
+        return int(np.flatnonzero((d["actor_key"] == 1) & (d["episode_step"] == step))[0])
+
+    last = position(3)
+    assert restored.data["successor"][last] == -1
+    restored.insert(1, batch(5, [4], [5]))
+    assert restored.data["successor"][last] == position(4)
 
 
 def link_one_by_one(replay, actor_key, transitions):

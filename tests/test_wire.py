@@ -1,4 +1,6 @@
 import hashlib
+import re
+from pathlib import Path
 
 import google.protobuf
 import numpy as np
@@ -17,6 +19,8 @@ from edge_rl.device.wire import (
     to_tensor,
     validate_batch,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CARTPOLE = ((4,), {"kind": "discrete", "n": 2})
 PENDULUM = ((3,), {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]})
@@ -45,10 +49,19 @@ def encode(t, **kw):
     return encode_batch(t, **args)
 
 
-def test_stubs_generated_by_grpcio_tools_162_import_under_tf_protobuf():
-    # TF 2.15 pins protobuf < 5; the wheel test imports the same stubs under the newest one.
-    assert google.protobuf.__version__.startswith("4.25")
-    assert "Protobuf Python Version: 4.25" in open(wire_pb2.__file__).read()
+def version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:3])
+
+
+def test_the_stubs_need_no_newer_protobuf_than_the_install_allows():
+    # Generated code needs a protobuf runtime at least as new as the generator's. The stubs
+    # are generated with the oldest protobuf pyproject.toml allows (TF 2.15 pins < 5), so every
+    # install that pip resolves can import them; the wheel test imports them under the newest.
+    generated = re.search(r"Protobuf Python Version: ([\d.]+)", open(wire_pb2.__file__).read())
+    lowest = re.search(r'"protobuf>=([\d.]+)', (ROOT / "pyproject.toml").read_text())
+    assert generated and lowest
+    assert version(generated[1])[:2] <= version(lowest[1])[:2]
+    assert version(google.protobuf.__version__) >= version(generated[1])
 
 
 def test_batch_round_trip_keeps_terminated_and_truncated_apart():
