@@ -63,6 +63,7 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from edge_rl.config import EXPORT_PRECISIONS as PRECISIONS  # what a policy file can be
 from edge_rl.converters.flatbuffer import TYPE_NAMES as _TYPE_NAMES
 from edge_rl.converters.flatbuffer import (
     bounded_ranges,
@@ -80,7 +81,6 @@ from edge_rl.device.outputs import output_count
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.tf_setup import tf
 
-PRECISIONS = ("fp32", "fp16", "int8", "edgetpu")
 # Precisions with int8 weights and activations, calibrated on observations.
 INTEGER_PRECISIONS = ("int8", "edgetpu")
 

@@ -42,6 +42,16 @@ def is_loopback(host: str) -> bool:
             return False
 
 
+def check_listening(host: str, token_file: str | None, tls_cert: str | None,
+                    tls_key: str | None, insecure: bool) -> None:
+    """A learner's listening settings must be safe: TLS whole, and a token off loopback."""
+    if (tls_cert is None) != (tls_key is None):
+        raise UserError("TLS needs both --tls-cert and --tls-key")
+    if token_file is None and not insecure and not is_loopback(host):
+        raise UserError(f"refusing to listen on {host} without --token-file: anyone who "
+                        "can reach it could feed this learner (add --insecure if intended)")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     # what to train
@@ -142,11 +152,7 @@ class TrainConfig:
             if max(self.sparsities.values()) > 0 or self.tiny:
                 raise UserError(f"--actor-precision {TF_BASELINE} is the dense baseline: "
                                 "drop --sparsity / --tiny")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise UserError("TLS needs both --tls-cert and --tls-key")
-        if self.token_file is None and not self.insecure and not is_loopback(self.host):
-            raise UserError(f"refusing to listen on {self.host} without --token-file: anyone who "
-                            "can reach it could feed this learner (add --insecure if intended)")
+        check_listening(self.host, self.token_file, self.tls_cert, self.tls_key, self.insecure)
         if self.actors < 0:
             raise UserError("--actors must not be negative")
         if self.actor_timeout <= 0:

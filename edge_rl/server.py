@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from edge_rl.config import is_loopback
+from edge_rl.config import check_listening
 from edge_rl.device import wire_pb2
 from edge_rl.device.client import CHANNEL_OPTIONS, read_tokens
 from edge_rl.device.errors import UserError
@@ -292,10 +292,7 @@ def start_server(
     insecure: bool = False,
 ) -> tuple[grpc.Server, int]:
     """Serve on host:port (0 = any free port); returns (server, port)."""
-    if (tls_cert is None) != (tls_key is None):
-        raise UserError("TLS needs both --tls-cert and --tls-key")
-    if token_file is None and not insecure and not is_loopback(host):
-        raise UserError(f"refusing to listen on {host} without --token-file")
+    check_listening(host, token_file, tls_cert, tls_key, insecure)
     interceptors = [TokenCheck(accepted_tokens(token_file))] if token_file else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),

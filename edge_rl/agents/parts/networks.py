@@ -12,11 +12,10 @@ from tf_agents.distributions import utils as distribution_utils
 from tf_agents.networks import network, sequential
 from tf_agents.specs import distribution_spec, tensor_spec
 
+from edge_rl.device.exploration import LOG_STD_MAX, LOG_STD_MIN  # one clip, both sides
 from edge_rl.device.observations import ObservationSpec
 from edge_rl.sparse.masks import dense, unwrap
 from edge_rl.tf_setup import tf
-
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the same clip edge_rl.device.exploration applies
 
 
 def dense_stack(hidden: tuple[int, ...], name: str, sparse: bool) -> list:
