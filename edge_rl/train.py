@@ -130,6 +130,14 @@ class Training:
         self.stop_reason = ""
         self.policy_file = b""  # the newest published policy as a policy file
         self.policy_calibration: np.ndarray | None = None  # the rows it was calibrated on
+        # the schedule of topology and replay changes, from where the run stands
+        self.evolution = Evolution(config, self.learner, self.replay, self.action, self.writer,
+                                   self.state)
+        self.stop_requested = False  # set by Ctrl-C or SIGTERM; the loop stops at its next check
+        # wall-clock: the run's seconds before this session, and when this session's loop began
+        self.wall_before = self.state.wall_seconds
+        self.started: float | None = None
+        self.loop_update_rate: float | None = None  # this session's updates/s, once it ends
 
     def mark(self, event: str) -> None:
         """Note when `event` first happened, in seconds since the process started."""
@@ -312,6 +320,8 @@ class Training:
 
     def elapsed(self) -> float:
         """Wall-clock seconds of this run, over all its resumes."""
+        if self.started is None:
+            return self.wall_before
         return self.wall_before + (time.monotonic() - self.started)
 
     def log_scalars(self, rates: dict[str, float]) -> None:
@@ -332,7 +342,6 @@ class Training:
     def run(self) -> dict[str, Any]:
         config = self.config
         self.started = time.monotonic()
-        self.wall_before = self.state.wall_seconds
         interrupted = False
         run = RunInfo(
             run_id=self.state.run_id,
@@ -369,7 +378,6 @@ class Training:
         # raised in the middle of a TensorFlow call can leave it unable to write the final
         # checkpoint. A second Ctrl-C interrupts at once. The handler is set even when the run
         # was started with SIGINT ignored (as shells do for background jobs).
-        self.stop_requested = False
         previous_sigint = signal.signal(signal.SIGINT, self._request_stop)
         previous_sigterm = signal.signal(signal.SIGTERM, self._request_stop)
         next_eval = next_multiple(self.state.env_steps, config.eval_every)
@@ -453,7 +461,7 @@ class Training:
 
     def _start(self, port: int) -> LocalActors:
         """What happens between the server's start and the loop's: the first checkpoint, the
-        local actors, the first policy, the schedule of topology and replay changes."""
+        local actors, the first policy."""
         config = self.config
         if self.learner.updates == 0 and self.state.env_steps == 0:
             self.checkpoint()  # from now on, --resume always has a checkpoint to start from
@@ -465,8 +473,6 @@ class Training:
         try:  # stop the actor processes if what follows fails
             self.publish()
             self.mark("first_policy")
-            self.evolution = Evolution(config, self.learner, self.replay, self.action,
-                                       self.writer, self.state)
             self.evolution.log_networks(self.state.env_steps)
         except BaseException:
             actors.stop()
