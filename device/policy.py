@@ -9,7 +9,9 @@ see floats. `delegate="edgetpu"` runs the network through Coral's libedgetpu.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -208,26 +210,39 @@ def _first_line(err: Exception) -> str:
 
 ZIP_MAGIC = b"PK\x03\x04"  # a TF-Agents SavedModel policy (edge_rl.tf_policy); TFLite is not
 
+# (policy bytes, the policy they replace or None) -> the policy
+PublishedLoader = Callable[[bytes, Any], ActorPolicy]
+# Published policies that are not TFLite files, by their first bytes. The side that knows the
+# format registers its loader (the `edge-rl actor` command registers TF-Agents' zips of
+# --actor-precision tf-fp32): nothing here imports the learner's modules or TensorFlow.
+PUBLISHED_FORMATS: dict[bytes, PublishedLoader] = {}
+
+
+def register_published_format(magic: bytes, loader: PublishedLoader) -> None:
+    """Make `load_published` hand policies whose bytes start with `magic` to `loader`."""
+    PUBLISHED_FORMATS[bytes(magic)] = loader
+
 
 def load_published(data: bytes, runtime: Runtime | None = None, previous=None,
-                   delegate: str | None = None):
-    """The policy a learner published: a TFLite policy file, or with `--actor-precision
-    tf-fp32` (the framework baseline) a TF-Agents SavedModel, which needs TensorFlow here.
-    `previous`, the policy it replaces, lets a TF-Agents policy reuse its loaded graph.
-    `delegate` (TFLite policies only): see Policy."""
-    if bytes(data[:4]) != ZIP_MAGIC:
-        return Policy(data, runtime=runtime, delegate=delegate)
-    if delegate is not None:
-        raise PolicyFileError(f"the {delegate} delegate runs TFLite policies, not the TF-Agents "
-                              "policies of --actor-precision tf-fp32")
-    try:
-        from edge_rl.tf_policy import TFAgentsPolicy
-    except ImportError as err:
+                   delegate: str | None = None) -> ActorPolicy:
+    """The policy a learner published: a TFLite policy file, or one of a registered format
+    (register_published_format), e.g. with `--actor-precision tf-fp32` (the framework
+    baseline) a TF-Agents SavedModel. `previous`, the policy it replaces, lets such a loader
+    reuse what it loaded. `delegate` (TFLite policies only): see Policy."""
+    loader = next((load for magic, load in PUBLISHED_FORMATS.items()
+                   if bytes(data[:len(magic)]) == magic), None)
+    if loader is None and bytes(data[:4]) == ZIP_MAGIC:
         raise PolicyFileError(
             "the learner publishes TF-Agents policies (--actor-precision tf-fp32, the framework "
-            f"baseline); acting with them needs TensorFlow: pip install 'edge-rl[train]' ({err})"
-        ) from None
-    return TFAgentsPolicy(data, previous)
+            "baseline), which this process cannot load: run the actor as `edge-rl actor`, with "
+            "TensorFlow installed (pip install 'edge-rl[train]')")
+    if loader is None:
+        return Policy(data, runtime=runtime, delegate=delegate)
+    if delegate is not None:
+        raise PolicyFileError(f"the {delegate} delegate runs TFLite policies only, not this "
+                              "learner's (e.g. the TF-Agents policies of --actor-precision "
+                              "tf-fp32)")
+    return loader(data, previous)
 
 
 def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: int = 1,
