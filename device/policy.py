@@ -147,6 +147,24 @@ class Policy(ActorPolicy):
             return float(self._dequantize[0])
         return output_step(self.model)
 
+    @property
+    def input_quantization(self) -> tuple[float, int]:
+        """(scale, zero point) of the integer tensor observations are quantized into: the input
+        itself (edgetpu files), or what a QUANTIZE op makes of the float input (int8 files
+        made before 2026-11-23); (0.0, 0) when a float layer reads them (int8 files since,
+        fp32, fp16). The grid is in the units of observations divided by the metadata's
+        input_scale, when it has one."""
+        details = self._interpreter.get_input_details()[0]
+        if np.dtype(details["dtype"]).kind in "iu":
+            return _tensor_quantization(details)
+        tensors = {t["index"]: t for t in self._interpreter.get_tensor_details()}
+        for op in self._interpreter._get_ops_details():
+            if op["op_name"] == "QUANTIZE" and self._input_index in list(op["inputs"]):
+                scale, zero_point = tensors[int(op["outputs"][0])]["quantization"]
+                if scale:
+                    return float(scale), int(zero_point)
+        return 0.0, 0
+
     def outputs(self, observations: np.ndarray) -> np.ndarray:
         """The network's output for a batch of observations, as float32; for two-output kinds
         (squashed_gaussian) both, concatenated along the last axis in the kind's order."""
@@ -252,4 +270,8 @@ def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: i
     path = Path(path)
     if not path.is_file():
         raise PolicyFileError(f"no policy file at {path}")
-    return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads, delegate=delegate)
+    try:
+        return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads,
+                      delegate=delegate)
+    except PolicyFileError as err:  # which file, for a user who gave several
+        raise PolicyFileError(f"{path}: {err}") from None

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from edge_rl.config import ACTOR_PRECISIONS, TrainConfig
 from edge_rl.device.accounting import DEFAULT_CPU_WATTS
+from edge_rl.device.bench import bench, echo_table
 from edge_rl.device.errors import PolicyFileError, UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
@@ -449,10 +450,10 @@ def status(learner: str, token_file: str | None, tls_ca: str | None, as_json: bo
          str(a.batches_rejected), str(a.batches_dropped), str(a.batches_inserted))
         for a in reply.actors
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        click.echo("  ".join(cells).rstrip())
+    echo_table(rows)
+
+
+cli.add_command(bench)
 
 
 def main() -> None:
