@@ -142,10 +142,10 @@ class LearnerClient:
         self.channel.close()
 
 
-def status_if_up(address: str, token: str | None = None,
-                 timeout: float = 5.0) -> wire_pb2.StatusReply | None:
+def status_if_up(address: str, token: str | None = None, timeout: float = 5.0,
+                 tls_ca: str | Path | None = None) -> wire_pb2.StatusReply | None:
     """The learner's StatusReply, or None while it does not answer (starting, or gone)."""
-    client = LearnerClient(address, token=token)
+    client = LearnerClient(address, token=token, tls_ca=tls_ca)
     try:
         return client.status(timeout=timeout)
     except grpc.RpcError:

@@ -9,7 +9,9 @@ see floats. `delegate="edgetpu"` runs the network through Coral's libedgetpu.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -159,6 +161,24 @@ class Policy(ActorPolicy):
             return float(self._dequantize[0])
         return output_step(self.model)
 
+    @property
+    def input_quantization(self) -> tuple[float, int]:
+        """(scale, zero point) of the integer tensor observations are quantized into: the input
+        itself (edgetpu files), or what a QUANTIZE op makes of the float input (int8 files
+        made before 2026-11-23); (0.0, 0) when a float layer reads them (int8 files since,
+        fp32, fp16). The grid is in the units of observations divided by the metadata's
+        input_scale, when it has one."""
+        details = self._interpreter.get_input_details()[0]
+        if np.dtype(details["dtype"]).kind in "iu":
+            return _tensor_quantization(details)
+        tensors = {t["index"]: t for t in self._interpreter.get_tensor_details()}
+        for op in self._interpreter._get_ops_details():
+            if op["op_name"] == "QUANTIZE" and self._input_index in list(op["inputs"]):
+                scale, zero_point = tensors[int(op["outputs"][0])]["quantization"]
+                if scale:
+                    return float(scale), int(zero_point)
+        return 0.0, 0
+
     def outputs(self, observations: np.ndarray) -> np.ndarray:
         """The network's output for a batch of observations, as float32; for two-output kinds
         (squashed_gaussian) both, concatenated along the last axis in the kind's order."""
@@ -222,26 +242,39 @@ def _first_line(err: Exception) -> str:
 
 ZIP_MAGIC = b"PK\x03\x04"  # a TF-Agents SavedModel policy (edge_rl.tf_policy); TFLite is not
 
+# (policy bytes, the policy they replace or None) -> the policy
+PublishedLoader = Callable[[bytes, Any], ActorPolicy]
+# Published policies that are not TFLite files, by their first bytes. The side that knows the
+# format registers its loader (the `edge-rl actor` command registers TF-Agents' zips of
+# --actor-precision tf-fp32): nothing here imports the learner's modules or TensorFlow.
+PUBLISHED_FORMATS: dict[bytes, PublishedLoader] = {}
+
+
+def register_published_format(magic: bytes, loader: PublishedLoader) -> None:
+    """Make `load_published` hand policies whose bytes start with `magic` to `loader`."""
+    PUBLISHED_FORMATS[bytes(magic)] = loader
+
 
 def load_published(data: bytes, runtime: Runtime | None = None, previous=None,
-                   delegate: str | None = None):
-    """The policy a learner published: a TFLite policy file, or with `--actor-precision
-    tf-fp32` (the framework baseline) a TF-Agents SavedModel, which needs TensorFlow here.
-    `previous`, the policy it replaces, lets a TF-Agents policy reuse its loaded graph.
-    `delegate` (TFLite policies only): see Policy."""
-    if bytes(data[:4]) != ZIP_MAGIC:
-        return Policy(data, runtime=runtime, delegate=delegate)
-    if delegate is not None:
-        raise PolicyFileError(f"the {delegate} delegate runs TFLite policies, not the TF-Agents "
-                              "policies of --actor-precision tf-fp32")
-    try:
-        from edge_rl.tf_policy import TFAgentsPolicy
-    except ImportError as err:
+                   delegate: str | None = None) -> ActorPolicy:
+    """The policy a learner published: a TFLite policy file, or one of a registered format
+    (register_published_format), e.g. with `--actor-precision tf-fp32` (the framework
+    baseline) a TF-Agents SavedModel. `previous`, the policy it replaces, lets such a loader
+    reuse what it loaded. `delegate` (TFLite policies only): see Policy."""
+    loader = next((load for magic, load in PUBLISHED_FORMATS.items()
+                   if bytes(data[:len(magic)]) == magic), None)
+    if loader is None and bytes(data[:4]) == ZIP_MAGIC:
         raise PolicyFileError(
             "the learner publishes TF-Agents policies (--actor-precision tf-fp32, the framework "
-            f"baseline); acting with them needs TensorFlow: pip install 'edge-rl[train]' ({err})"
-        ) from None
-    return TFAgentsPolicy(data, previous)
+            "baseline), which this process cannot load: run the actor as `edge-rl actor`, with "
+            "TensorFlow installed (pip install 'edge-rl[train]')")
+    if loader is None:
+        return Policy(data, runtime=runtime, delegate=delegate)
+    if delegate is not None:
+        raise PolicyFileError(f"the {delegate} delegate runs TFLite policies only, not this "
+                              "learner's (e.g. the TF-Agents policies of --actor-precision "
+                              "tf-fp32)")
+    return loader(data, previous)
 
 
 def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: int = 1,
@@ -251,4 +284,8 @@ def load_policy(path: str | Path, runtime: Runtime | None = None, num_threads: i
     path = Path(path)
     if not path.is_file():
         raise PolicyFileError(f"no policy file at {path}")
-    return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads, delegate=delegate)
+    try:
+        return Policy(path.read_bytes(), runtime=runtime, num_threads=num_threads,
+                      delegate=delegate)
+    except PolicyFileError as err:  # which file, for a user who gave several
+        raise PolicyFileError(f"{path}: {err}") from None

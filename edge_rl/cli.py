@@ -10,13 +10,15 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from tqdm import tqdm
 
 from edge_rl.config import ACTOR_PRECISIONS, TrainConfig
 from edge_rl.device.accounting import DEFAULT_CPU_WATTS
-from edge_rl.device.errors import UserError
+from edge_rl.device.bench import bench, echo_table
+from edge_rl.device.errors import PolicyFileError, UserError
 from edge_rl.sparse import DISTRIBUTIONS, TOPOLOGIES
 
 
@@ -315,6 +317,19 @@ def eval_command(policy_file: str, env: str | None, episodes: int, seed: int,
     click.echo(f"median inference latency: {result.median_latency_us:.1f} µs")
 
 
+def tf_agents_policy(data: bytes, previous: Any = None) -> Any:
+    """A TF-Agents policy sent to this actor (--actor-precision tf-fp32): TensorFlow runs it,
+    imported only now (edge_rl.device.policy.register_published_format)."""
+    try:
+        from edge_rl.tf_policy import TFAgentsPolicy
+    except ImportError as err:
+        raise PolicyFileError(
+            "the learner publishes TF-Agents policies (--actor-precision tf-fp32, the framework "
+            f"baseline); acting with them needs TensorFlow: pip install 'edge-rl[train]' ({err})"
+        ) from None
+    return TFAgentsPolicy(data, previous)
+
+
 @cli.command()
 @click.option("--learner", required=True, help="HOST:PORT of the learner's gRPC service.")
 @click.option("--token-file", type=click.Path(), help="File holding this actor's token.")
@@ -364,7 +379,9 @@ def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str |
 
     from edge_rl.device.actor import die_with_parent, run_actor
     from edge_rl.device.client import read_token
+    from edge_rl.device.policy import ZIP_MAGIC, register_published_format
 
+    register_published_format(ZIP_MAGIC, tf_agents_policy)
     if parent_pid is not None:
         die_with_parent(parent_pid)
     try:
@@ -433,10 +450,10 @@ def status(learner: str, token_file: str | None, tls_ca: str | None, as_json: bo
          str(a.batches_rejected), str(a.batches_dropped), str(a.batches_inserted))
         for a in reply.actors
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        click.echo("  ".join(cells).rstrip())
+    echo_table(rows)
+
+
+cli.add_command(bench)
 
 
 def main() -> None:

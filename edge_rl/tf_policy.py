@@ -8,8 +8,9 @@ newest variables. An actor runs it through `SavedModelPyTFEagerPolicy`, as a TF-
 collect loop does, and explores on its greedy actions exactly as a LiteRT actor does, so only
 the inference (framework, fp32) differs from a `--actor-precision fp32` run.
 
-This module imports TensorFlow: a LiteRT actor never loads it; an actor that is sent such a
-policy does, through `edge_rl.device.policy.load_published`.
+This module imports TensorFlow: a LiteRT actor never loads it. It registers TFAgentsPolicy
+with `edge_rl.device.policy.register_published_format`, and `edge-rl actor` registers a loader
+that imports it when such a policy arrives: the device runtime never imports it itself.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tf_agents.trajectories import time_step as ts
 from edge_rl.core import ActorPolicy
 from edge_rl.device.errors import PolicyFileError
 from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
+from edge_rl.device.policy import ZIP_MAGIC, register_published_format
 from edge_rl.device.policy_file import PolicyMetadata
 from edge_rl.tf_setup import tf
 
@@ -196,3 +198,5 @@ class TFAgentsPolicy(ActorPolicy):
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         return outputs
 
+
+register_published_format(ZIP_MAGIC, TFAgentsPolicy)

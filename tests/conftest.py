@@ -32,9 +32,8 @@ def train(out, *args) -> dict:
     return json.loads((Path(out) / "summary.json").read_text())
 
 
-@pytest.fixture(scope="session")
-def cartpole_policy(tmp_path_factory) -> Path:
-    """A small untrained int8 CartPole policy file, made by the converter."""
+def small_cartpole_network(precisions: tuple[str, ...], folder: Path) -> dict[str, Path]:
+    """One small untrained CartPole Q-network (seed 0) converted at each of `precisions`."""
     from edge_rl.converters import convert
     from edge_rl.device.policy_file import PolicyMetadata
     from edge_rl.tf_setup import tf
@@ -45,9 +44,24 @@ def cartpole_policy(tmp_path_factory) -> Path:
         tf.keras.layers.Dense(16, activation="relu"),
         tf.keras.layers.Dense(2),
     ])
-    meta = PolicyMetadata(env_id="CartPole-v1", algo="dqn", precision="int8", output="q_values",
-                          observation_shape=(4,), action={"kind": "discrete", "n": 2})
     calibration = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)
-    path = tmp_path_factory.mktemp("policy") / "cartpole.tflite"
-    path.write_bytes(convert(model, "int8", calibration, meta))
-    return path
+    paths = {}
+    for precision in precisions:
+        meta = PolicyMetadata(env_id="CartPole-v1", algo="dqn", precision=precision,
+                              output="q_values", observation_shape=(4,),
+                              action={"kind": "discrete", "n": 2})
+        paths[precision] = folder / f"cartpole-{precision}.tflite"
+        paths[precision].write_bytes(convert(model, precision, calibration, meta))
+    return paths
+
+
+@pytest.fixture(scope="session")
+def cartpole_policy(tmp_path_factory) -> Path:
+    """A small untrained int8 CartPole policy file, made by the converter."""
+    return small_cartpole_network(("int8",), tmp_path_factory.mktemp("policy"))["int8"]
+
+
+@pytest.fixture(scope="session")
+def cartpole_grid_policies(tmp_path_factory) -> dict[str, Path]:
+    """The same network as an --edgetpu file (int8 input: an input grid) and as fp32."""
+    return small_cartpole_network(("edgetpu", "fp32"), tmp_path_factory.mktemp("grid"))

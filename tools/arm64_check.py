@@ -12,8 +12,8 @@ docs/raspberry-pi.md says, and checks, under emulation:
      continuous (TD3) policy's are within one quantization step of the action of x86's on
      >= 99% of them (and never two steps apart);
   3. `edge-rl actor` joins an x86 `edge-rl learner` on loopback and its batches reach the
-     learner's replay (tools/actor_footprint.py, which also measures peak RSS and the time to
-     the first action there);
+     learner's replay and are trained on (`edge-rl bench footprint --learner --chroot`, which
+     also measures peak RSS and the time to the first action there);
   4. `edge-rl actor --print-systemd-unit` writes a unit that runs the installed edge-rl.
 It prints what it measured and exits non-zero on any failure. Needs root (chroot, mount,
 binfmt_misc), debootstrap and qemu-user-static (installed with apt-get when missing), and the
@@ -27,8 +27,11 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +68,8 @@ HOME = "/root"  # the Pi's home folder, in the root
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 QEMU_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
 SOLVED = 475.0
+# the envs an arm64 actor joins an x86 learner in, and their algorithms
+FOOTPRINT_ALGOS = {"CartPole-v1": "dqn", "HalfCheetah-v5": "td3"}
 
 
 class CheckFailed(RuntimeError):
@@ -117,8 +122,7 @@ def unable_reason() -> str | None:
 
 def ensure_tools() -> None:
     missing = [pkg for pkg, path in (("debootstrap", "/usr/sbin/debootstrap"),
-                                     ("qemu-user-static", str(QEMU_CONF)),
-                                     ("time", "/usr/bin/time"))  # for actor_footprint.py
+                                     ("qemu-user-static", str(QEMU_CONF)))
                if not Path(path).exists()]
     if missing:
         run(["apt-get", "update", "-qq"])  # a fresh machine may have no package lists yet
@@ -329,6 +333,49 @@ def eval_on_arm(root: Path, policy_file: Path) -> tuple[str, float]:
             f"latency {latency} (emulated)"), score
 
 
+def footprints(root: Path, steps: int, cache: Path) -> str:
+    """Per env, an arm64 `edge-rl actor` against an x86 `edge-rl learner` on loopback (few
+    updates, no evaluations, so it keeps up), measured by `edge-rl bench footprint`: its
+    batches must reach the learner's replay and be trained on."""
+    results = []
+    for env, algo in FOOTPRINT_ALGOS.items():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        token_file = cache / "footprint-token"
+        token_file.write_text(secrets.token_hex(16) + "\n")
+        log_file = (cache / f"learner-{env}.log").open("wb")
+        learner = subprocess.Popen(
+            [HOST_BIN / "edge-rl", "learner", "--env", env, "--algo", algo, "--port", str(port),
+             "--token-file", token_file, "--out", cache / "runs" / f"footprint-{env}",
+             "--steps", "1000000000", "--updates-per-step", "0.02", "--warmup-steps", "200",
+             "--eval-every", "1000000000", "--checkpoint-every", "1000000000", "--seed", "0"],
+            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            done = run([HOST_BIN / "edge-rl", "bench", "footprint", "--learner",
+                        f"127.0.0.1:{port}", "--token-file", token_file, "--chroot", root,
+                        "--chroot-edge-rl", f"{HOME}/edge-rl/bin/edge-rl", "--steps", str(steps),
+                        "--json"], timeout=3600)
+        finally:
+            learner.send_signal(signal.SIGTERM)
+            try:
+                learner.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                learner.kill()
+            log_file.close()
+        result = json.loads(done.stdout)
+        if not result["learner_updates"]:
+            raise CheckFailed(f"{env}: the learner made no updates on the arm64 actor's batches")
+        results.append(result)
+    (cache / "footprint.json").write_text(json.dumps(results, indent=2) + "\n")
+    return "arm64 actor against an x86 learner (emulated):\n" + "\n".join(
+        f"  {r['env']}: peak RSS {r['peak_rss_mb']:.1f} MB, first action "
+        f"{r['first_action_s']:.2f} s, {r['steps_per_second']:.0f} steps/s, "
+        f"{r['batches_accepted']} batches in the learner's replay, "
+        f"{r['learner_updates']} updates" for r in results)
+
+
 def systemd_unit(root: Path) -> str:
     (root / HOME.lstrip("/") / "token").write_text("a-token\n")
     unit = in_root(root, PI_COMMANDS["unit"]).stdout
@@ -372,11 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         report.append(compare_actions(root, policies["cartpole"], "CartPole int8"))
         report.append(compare_actions(root, policies["pendulum"], "Pendulum TD3 int8"))
         report.append(systemd_unit(root))
-        footprint = run([sys.executable, REPO / "tools" / "actor_footprint.py", "--chroot",
-                         root, "--chroot-edge-rl", f"{HOME}/edge-rl/bin/edge-rl",
-                         "--steps", str(args.actor_steps), "--json",
-                         args.cache / "footprint.json"], timeout=3600)
-        report.append("arm64 actor against an x86 learner (emulated):\n" + footprint.stdout)
+        report.append(footprints(root, args.actor_steps, args.cache))
     except (CheckFailed, subprocess.TimeoutExpired) as err:
         print("\n".join(report))
         print(f"FAILED: {err}", file=sys.stderr)
