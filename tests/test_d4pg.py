@@ -253,7 +253,7 @@ def test_a_bad_support_is_a_user_error(options, fragment):
 def test_cli_flags_reach_algo_options():
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
-    from edge_rl.cli import run_config
+    from edge_rl.cli_run import run_config
 
     config = run_config(False, None, {"algo": "d4pg", "v_max": None},
                         ["--atoms", "11", "--v-min=-5"])
