@@ -134,6 +134,8 @@ class Actor(Worker):
         self.split = TimeSplit()  # inference / env / transport, reported with each batch
         self.observation_kind = VECTOR  # the env's, once run() has made it
         self.energy = energy  # None: this process's energy is counted by its learner
+        # (env steps, seconds) from the first action to the end of acting, set when run() ends
+        self.acting: tuple[int, float] = (0, 0.0)
 
     def _first_policy(self) -> Policy:
         """Wait for the learner's first policy: there is nothing to act with before it."""
@@ -246,6 +248,7 @@ class Actor(Worker):
             if first_action is not None:  # acting time, before the link drains
                 seconds = time.monotonic() - first_action[0]
                 steps = self.env_steps - first_action[1]
+                self.acting = (steps, seconds)
                 log.info("%d env steps in %.1f s since the first action (%.0f steps/s)",
                          steps, seconds, steps / max(seconds, 1e-9))
             link.stop()

@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 from tqdm import tqdm
 
@@ -339,10 +340,9 @@ class Training:
 
     # -- the run -------------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def service(self) -> LearnerService:
+        """This run's gRPC service (what its actors call), not yet serving."""
         config = self.config
-        self.started = time.monotonic()
-        interrupted = False
         run = RunInfo(
             run_id=self.state.run_id,
             env_id=config.env,
@@ -357,13 +357,25 @@ class Training:
             seed=config.seed,
             exploration=lambda index: self.factory.exploration(config, index),
         )
+        return LearnerService(run, self.exchange)
+
+    def serve(self, service: LearnerService | None = None) -> tuple[grpc.Server, int]:
+        """Serve `service` (default: `self.service()`) on the run's host and port; returns
+        (server, port)."""
+        config = self.config
         # Inserts wait in their threads for acks: room for every in-flight batch of a fleet.
-        server, port = start_server(
-            LearnerService(run, self.exchange), config.port,
+        return start_server(
+            service or self.service(), config.port,
             max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
             host=config.host, token_file=config.token_file, tls_cert=config.tls_cert,
             tls_key=config.tls_key, insecure=config.insecure,
         )
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        self.started = time.monotonic()
+        interrupted = False
+        server, port = self.serve()
         if config.actors == 0:
             log.info("learner listening on %s:%d for actors (run %s)", config.host, port,
                      self.state.run_id)

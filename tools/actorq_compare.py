@@ -28,6 +28,8 @@ OUT/SUITE/NAME.log. Finished runs are skipped, interrupted ones resumed (--resum
 one logged and the next started. Ctrl-C stops the current run cleanly (a final checkpoint);
 the same command resumes it. Then `edge-rl report` compares the finished runs of each suite
 and env against an fp32 run. Standard library and `edge-rl` subprocesses only (no TF here).
+Before anything runs it checks that `edge-rl train` takes every flag the runs pass; --dry-run
+prints the plan (each run's status and the time it still needs), checks, and runs nothing.
 """
 
 from __future__ import annotations
@@ -237,6 +239,23 @@ def train_command(run: Run, status: str) -> list[str]:
             "--actor-precision", s.precision, "--seed", str(run.seed), "--out", out, *s.flags]
 
 
+def unknown_train_flags(commands: list[list[str]]) -> list[str]:
+    """The --flags of `edge-rl train` commands that this edge-rl does not take (renamed or
+    dropped since the plan was written): neither `edge-rl train --help` nor, for the
+    algorithms the commands train, `edge-rl algorithms` names them."""
+    def named(*args: str) -> set[str]:
+        text = subprocess.run([*EDGE_RL, *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, check=True).stdout
+        return set(re.findall(r"--[a-z0-9][a-z0-9-]*", text))
+
+    used = {token for command in commands for token in command if token.startswith("--")}
+    unknown = used - named("train", "--help")
+    if unknown:  # an algorithm's own options (its import is slow: only when needed)
+        algos = {c[c.index("--algo") + 1] for c in commands if "--algo" in c}
+        unknown -= named("algorithms", *sorted(algos))
+    return sorted(unknown)
+
+
 def wait_interruptibly(process: subprocess.Popen) -> int:
     """Wait for `process`; Ctrl-C here is passed on to it once per press (the first stops
     it cleanly with a final checkpoint), and KeyboardInterrupt raised once it has exited."""
@@ -434,6 +453,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error("no run matches --only %r", args.only)
         return 2
     print_plan(runs, every_run, args.max_runs)
+    unknown = unknown_train_flags([train_command(run, "new") for run in runs])
+    if unknown:
+        log.error("edge-rl train does not take %s: update this driver's settings",
+                  ", ".join(unknown))
+        return 2
     if args.dry_run:
         return 0
     failed = []

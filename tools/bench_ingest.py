@@ -2,15 +2,15 @@
 
     python tools/bench_ingest.py [--batch-transitions 1000 64] [--paced 100000 10000]
                                  [--actors 4] [--window 8] [--seconds 5] [--rounds 3]
-                                 [--streamer-cpus CPU...]
+                                 [--streamer-cpus CPU...] [--json PATH] [--quick]
 
-The learner side is built in this process the way edge_rl.train.Training builds it: a TD3
-Learner for HalfCheetah-v5 with its default config, a Replay, an Ingest whose ReplayLog lives
-in a temp dir, and a LearnerService served by start_server on 127.0.0.1. --actors streamer
-processes (tools/ingest_streamer.py: fresh interpreters that import only edge_rl.device) say
-Hello and then insert valid HalfCheetah-sized batches (obs 17 floats, action 6 floats; random
-finite data, increasing seq, 1000-step episodes) as fast as acks come back, with --window
-inserts in flight each.
+The learner side is an edge_rl.train.Training in this process: TD3 on HalfCheetah-v5 with its
+default config (its Learner, Replay, an Ingest whose ReplayLog lives in a temp dir, and its
+LearnerService, served on 127.0.0.1), without its loop, actors, evaluations or checkpoints.
+--actors streamer processes (tools/ingest_streamer.py: fresh interpreters that import only
+edge_rl.device) say Hello and then insert valid HalfCheetah-sized batches (obs 17 floats,
+action 6 floats; random finite data, increasing seq, 1000-step episodes) as fast as acks come
+back, with --window inserts in flight each.
 
 Measured side by side, in --rounds rounds of every phase (--seconds each; medians reported,
 so that other load on the machine falls on every phase alike):
@@ -52,10 +52,11 @@ import numpy as np
 from bench_common import cpu_model, table  # tools/, on the path as the script's folder
 from ingest_learner_side import PREFILL, LearnerSide, build_learner_side, time_stages
 
+from edge_rl.train import UPDATES_PER_CHUNK
+
 log = logging.getLogger("bench_ingest")
 
 STREAMER = Path(__file__).resolve().parent / "ingest_streamer.py"
-UPDATES_PER_CHUNK = 50  # edge_rl.train.UPDATES_PER_CHUNK: updates between looks at the queue
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -81,7 +82,14 @@ def parse_args() -> argparse.Namespace:
                              "spare, with the learner pinned elsewhere by taskset, this stands "
                              "in for actors on other machines)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    return parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="every kind of phase once, briefly: 1 round of 1 s, 1 streamer, "
+                             "batches of 1000, one paced rate (CI runs it; ~40 s)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds, args.actors = 1.0, 1, 1
+        args.batch_transitions, args.paced = [1000], [20_000.0]
+    return args
 
 
 # -- CPU accounting ------------------------------------------------------------------------------
@@ -160,14 +168,15 @@ class Loop:
 
     def __init__(self, side: LearnerSide):
         self.side = side
+        self.training = side.training
         self.taken = 0  # transitions moved into replay
         self.updates = 0
         self.marks: list[tuple[float, int]] = []  # (time, updates) after every chunk
-        batch_size = side.config.batch_size
-        self.sample_size = UPDATES_PER_CHUNK * batch_size
+        self.sample_size = UPDATES_PER_CHUNK * side.training.config.batch_size
 
     def chunk(self) -> None:
-        self.side.learner.train(self.side.replay.sample(self.sample_size), UPDATES_PER_CHUNK)
+        self.training.learner.train(self.training.replay.sample(self.sample_size),
+                                    UPDATES_PER_CHUNK)
         self.updates += UPDATES_PER_CHUNK
         self.marks.append((time.time(), self.updates))
 
@@ -175,7 +184,7 @@ class Loop:
         """One pass: take what has arrived; acks go at once (this measures throughput, not
         edge_rl.train's flow control, which holds them while the learner trails); then a
         chunk of updates if training. Batches arriving during a chunk wait for its end."""
-        ingest = self.side.ingest
+        ingest = self.training.ingest
         for pending in ingest.take(block=not train):
             self.taken += len(pending.transitions)
         ingest.release_all()
@@ -189,11 +198,12 @@ class Loop:
             if time.time() > next_forget:
                 # Training frees log segments at checkpoints; here nothing needs them, and a
                 # fast run would otherwise write gigabytes into the temp dir.
-                self.side.ingest.log.forget_before(self.side.ingest.position)
+                ingest = self.training.ingest
+                ingest.log.forget_before(ingest.position)
                 next_forget = time.time() + 2.0
 
     def snapshot(self) -> Snapshot:
-        log_ = self.side.ingest.log
+        log_ = self.training.ingest.log
         insert = self.side.insert
         return Snapshot(time.time(), thread_cpu(), machine_busy(), log_.syncs,
                         log_.bytes_written, self.taken, insert.cpu_seconds, insert.calls)
@@ -387,11 +397,7 @@ def main() -> None:
     phases = [alone] + [p for p in dict.fromkeys(schedule) if p is not alone]
     stages = {n: time_stages(side, n, repeats=max(50, 20_000 // n))
               for n in args.batch_transitions}
-    side.ingest.exchange.stopping.set()
-    side.server.stop(grace=1.0)
-    side.noop_server.stop(grace=1.0)
-    side.ingest.close()
-    side.tmp.cleanup()
+    side.close()
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(),
                "wall_s": time.perf_counter() - began}
     report(args, phases, stages, machine)

@@ -3,17 +3,20 @@
     python tools/bench_loop.py [--quick] [--json PATH]
 
 Prints markdown tables of:
-  1. inference latency at batch 1 of a HalfCheetah actor (17 -> hidden -> 6, tanh) at
-     256x256, 1024x1024 and 2048x2048x2048: TF-Agents' PyTFEagerPolicy fp32 (tf.function on),
-     LiteRT fp32 and LiteRT int8 (edge_rl's converter, run by edge_rl.device.Policy);
-  2. HalfCheetah-v5 steps/s at each size: the env alone (precomputed random actions), and the
-     actor loop (inference, gaussian exploration, batching, encoding, and gRPC inserts to a
-     learner service on loopback that acks at once) with each backend. TF-Agents steps one env
-     per inference, as its PyDriver does; the LiteRT loops step --num-envs copies per batched
-     inference, as `edge-rl actor` does, and once with a single env for comparison;
+  1. inference latency at batch 1 of a HalfCheetah TD3 actor (17 -> hidden -> 6, tanh) at
+     256x256, 1024x1024 and 2048x2048x2048, as the learner publishes it (Learner.publish,
+     Learner.publish_tf_agents) to each kind of actor: TF-Agents' own fp32 policy (a
+     SavedModel in SavedModelPyTFEagerPolicy, tf.function on: `--actor-precision tf-fp32`),
+     LiteRT fp32 and LiteRT int8 (edge_rl.device.Policy);
+  2. HalfCheetah-v5 steps/s at each size: the env alone (precomputed random actions), and
+     edge-rl's actor (edge_rl.device.actor.Actor, run in this process: inference, gaussian
+     exploration, batching, spooling, and gRPC inserts to a learner service on loopback that
+     takes each batch into replay and acks it at once) with each backend. TF-Agents steps one
+     env per inference, as its PyDriver does; the LiteRT actors step --num-envs copies per
+     batched inference, as `edge-rl actor` does, and once with a single env for comparison;
   3. a real `edge-rl actor` process (int8, 256x256, --num-envs copies) joined to that service:
      its steps/s, peak RSS, time from spawn to its first batch, and publish latency: new
-     weights -> PolicyPatcher writes the file -> the service offers it -> the first batch
+     weights -> Learner.publish patches the file -> the service offers it -> the first batch
      the actor acted on with it arrives (an upper bound on "new weights -> an actor acting
      with them": it includes up to one batch of stepping);
   4. the learner (TD3 HalfCheetah 256x256, batch 256; DQN CartPole 64x64, batch 64) on a
@@ -23,22 +26,27 @@ Prints markdown tables of:
      path with a policy published every 1000 updates (patched, and converted in full);
   5. `edge-rl train`-like runs (edge_rl.train.run_training, one actor process) reporting the
      learner's updates/s with actors attached.
-Variants are interleaved in rounds so that other load falls on all of them alike.
+Variants are interleaved in rounds so that other load falls on all of them alike. --quick
+runs every part once, tiny (256x256 only, the DQN learner only): a check that it all runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
 import platform
 import queue
+import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -48,51 +56,60 @@ from edge_rl.tf_setup import tf
 
 # isort: split
 from bench_common import cpu_model, table  # tools/, on the path as the script's folder
-from tf_agents.policies import actor_policy, py_tf_eager_policy
-from tf_agents.trajectories import time_step as ts
 
 from edge_rl.agents import get_algorithm
-from edge_rl.agents.parts.networks import deterministic_actor, export_model
-from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.converters import convert
-from edge_rl.converters.patch import PolicyPatcher
+from edge_rl.core import ActorPolicy
+from edge_rl.device.actor import Actor
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.envs import describe_env, make_env
-from edge_rl.device.exploration import ExplorationSettings, Explorer
-from edge_rl.device.policy import Policy
-from edge_rl.device.policy_file import PolicyMetadata
-from edge_rl.device.rollout import Rollout
+from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.device.policy import load_published
 from edge_rl.device.runtime import load_runtime
-from edge_rl.device.wire import Transitions, encode_batch
+from edge_rl.device.spool import Spool
+from edge_rl.device.wire import Transitions
+from edge_rl.ingest import Ingest
 from edge_rl.learner import Learner, to_trajectory
 from edge_rl.local_actors import LocalActors
 from edge_rl.replay import Replay
-from edge_rl.server import Exchange, LearnerService, RunInfo, start_server
-from edge_rl.train import run_training
+from edge_rl.server import LearnerService, RunInfo, start_server
+from edge_rl.train import UPDATES_PER_CHUNK, run_training
 
 ENV_ID = "HalfCheetah-v5"
 OBSERVATION, ACTION = describe_env(ENV_ID)
 OBS_SHAPE = OBSERVATION.shape
 SIZES = {"256x256": (256, 256), "1024x1024": (1024, 1024), "2048x2048x2048": (2048,) * 3}
+TF_AGENTS, LITERT_FP32, LITERT_INT8 = "TF-Agents fp32", "LiteRT fp32", "LiteRT int8"
+LEARNERS = (("td3", ENV_ID), ("dqn", "CartPole-v1"))
 BATCH_TRANSITIONS = 256  # --batch-transitions of the measured actors (edge-rl's default: 64)
 PUBLISH_EVERY = TrainConfig.publish_every
+SPOOL_BYTES = 256_000_000  # an in-process actor's memory spool (`edge-rl actor`'s default)
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls and steps (~3 min)")
+    parser.add_argument("--quick", action="store_true",
+                        help="every part once, tiny: 256x256 only, the DQN learner only, few "
+                             "calls and steps (CI runs it; ~1 min)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     parser.add_argument("--num-envs", type=int, default=8, help="env copies per LiteRT actor")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    args.calls = 300 if args.quick else 2000  # latency samples per backend and size
-    args.steps = 4_000 if args.quick else 30_000  # env steps per loop variant and size
-    args.rounds = 2 if args.quick else 5
-    args.updates = 200 if args.quick else 1_000  # learner updates per variant and round
-    args.publishes = 5 if args.quick else 20
-    args.train_steps = 6_000 if args.quick else 16_000
+    quick = args.quick
+    args.sizes = ["256x256"] if quick else list(SIZES)
+    args.learners = LEARNERS[1:] if quick else LEARNERS
+    args.calls = 100 if quick else 2000  # latency samples per backend and size
+    # env steps per loop variant and size; quick: enough for a few batches of every variant
+    args.steps = 4_096 if quick else 30_000
+    args.rounds = 1 if quick else 5
+    args.updates = 100 if quick else 1_000  # learner updates per variant and round
+    args.publish_every = 50 if quick else PUBLISH_EVERY  # in the learner's hot path
+    args.publishes = 2 if quick else 20
+    args.window = 1.0 if quick else 5.0  # seconds the actor process's steps/s is counted
+    args.train_steps = 2_500 if quick else 16_000
+    args.warmup_steps = 1_000 if quick else 2_000
     return args
 
 
@@ -100,94 +117,95 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def metadata(precision: str) -> PolicyMetadata:
-    return PolicyMetadata(env_id=ENV_ID, algo="td3", precision=precision, output="action",
-                          observation_shape=OBS_SHAPE, action=ACTION)
+def td3_learner(hidden: tuple[int, ...]) -> Learner:
+    """A TD3 learner for HalfCheetah whose actor network (what actors run) has `hidden`
+    layers; its critics keep TD3's default 256x256."""
+    factory = get_algorithm("td3")
+    config = resolve_defaults(factory, TrainConfig(env=ENV_ID, algo="td3", hidden=hidden,
+                                                   critic_hidden=(256, 256)))
+    return Learner(factory, config, OBSERVATION, ACTION)
 
 
-def build_actor(hidden: tuple[int, ...]):
-    """(Keras model, TF-Agents actor network, specs) sharing the same layers, as TD3 has them."""
-    time_step_spec, action_spec = tf_specs(OBSERVATION, ACTION)
-    network = deterministic_actor(time_step_spec.observation, action_spec, hidden)
-    model = export_model(OBSERVATION, network.layers)
-    return model, network, time_step_spec, action_spec
-
-
-class TfAgentsPolicy:
-    """TF-Agents' PyTFEagerPolicy around a deterministic ActorPolicy, one observation a call."""
-
-    def __init__(self, network, time_step_spec, action_spec):
-        policy = actor_policy.ActorPolicy(time_step_spec, action_spec, actor_network=network,
-                                          training=False)
-        self.py_policy = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True)
-        self.step_type = np.int32(ts.StepType.MID)
-        self.reward, self.discount = np.float32(0), np.float32(1)
-
-    def outputs(self, obs: np.ndarray) -> np.ndarray:
-        time_step = ts.TimeStep(self.step_type, self.reward, self.discount, obs[0])
-        return self.py_policy.action(time_step).action[None]
+def publish(learner: Learner, backend: str, calibration: np.ndarray, version: int) -> bytes:
+    """`learner`'s actor network as the learner publishes it to `backend` actors."""
+    if backend == TF_AGENTS:  # --actor-precision tf-fp32
+        return learner.publish_tf_agents(version)
+    precision = {LITERT_FP32: "fp32", LITERT_INT8: "int8"}[backend]
+    return learner.publish(precision, calibration, version)[0]
 
 
 # -- a learner service that acks at once ---------------------------------------------------------
 
 
 class Sink:
-    """A real LearnerService on loopback whose batches are acked as soon as they arrive."""
+    """A real LearnerService on loopback whose batches go into replay (through the learner's
+    Ingest, with its replay log in a temp folder) and are acked as soon as they arrive."""
 
     def __init__(self, num_envs: int, run_id: str = "bench"):
-        self.exchange = Exchange()
-        run = RunInfo(run_id=run_id, env_id=ENV_ID, algo="td3", observation_shape=OBS_SHAPE,
-                      action=ACTION, batch_transitions=BATCH_TRANSITIONS, max_in_flight=4,
-                      lockstep=False, num_envs=num_envs, seed=0,
-                      exploration=lambda i: ExplorationSettings(kind="gaussian", noise_std=0.1))
-        self.server, self.port = start_server(LearnerService(run, self.exchange), 0, 16)
+        self.folder = tempfile.TemporaryDirectory(prefix="edge-rl-bench-sink-")
+        replay = Replay(100_000, OBS_SHAPE, tuple(ACTION["shape"]), "float32", gamma=0.99)
+        self.ingest = Ingest(Path(self.folder.name) / "replay-log", replay, {}, {}, (0, 0))
+        self.exchange = self.ingest.exchange
+        self.run = RunInfo(run_id=run_id, env_id=ENV_ID, algo="td3", observation_shape=OBS_SHAPE,
+                           action=ACTION, batch_transitions=BATCH_TRANSITIONS, max_in_flight=4,
+                           lockstep=False, num_envs=num_envs, seed=0,
+                           exploration=lambda i: ExplorationSettings(kind="gaussian",
+                                                                     noise_std=0.1))
+        self.service = LearnerService(self.run, self.exchange)
+        self.server, self.port = start_server(self.service, 0, 16)
+        self.version = 0  # of the newest policy offered
+        self.joined = 0  # in-process actors so far (each gets its own id)
         self.arrivals: queue.Queue = queue.Queue()  # (time, transitions, policy_version)
         self._stop = threading.Event()
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def offer(self, policy_file: Callable[[int], bytes]) -> None:
+        """Offer the next policy version, made by `policy_file(version)`."""
+        self.version += 1
+        self.exchange.put_policy(self.version, policy_file(self.version))
+
     def _drain(self) -> None:
+        forget_at = time.monotonic() + 2.0
         while not self._stop.is_set():
-            try:
-                batch = self.exchange.batches.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.exchange.inserted(batch)
-            batch.acked.set()
-            self.arrivals.put((time.perf_counter(), len(batch.transitions), batch.policy_version))
+            taken = self.ingest.take(block=True)
+            self.ingest.release_all()
+            now = time.perf_counter()
+            for pending in taken:
+                self.arrivals.put((now, len(pending.transitions), pending.policy_version))
+            if time.monotonic() > forget_at:  # nothing needs the log: keep the folder small
+                self.ingest.log.forget_before(self.ingest.position)
+                forget_at = time.monotonic() + 2.0
 
     def close(self) -> None:
-        self.exchange.stopping.set()
+        self.exchange.stop_taking()
         self._stop.set()
         self.server.stop(grace=0.5)
+        self._thread.join()
+        self.ingest.close()
+        self.folder.cleanup()
 
 
-def actor_loop(policy, num_envs: int, steps: int, client: LearnerClient, seed: int) -> float:
-    """Steps/s of the actor's loop (edge_rl.device.actor.Actor.run's body) with `policy`."""
-    explorer = Explorer(ExplorationSettings(kind="gaussian", noise_std=0.1), metadata("fp32"),
-                        np.random.default_rng(seed))
-    rollout = Rollout(ENV_ID, num_envs, seed, BATCH_TRANSITIONS, np.zeros(6, np.float32))
-    in_flight: list = []
-    seq = 0
-    start = time.perf_counter()
-    while rollout.env_steps < steps:
-        outputs = policy.outputs(rollout.obs)
-        actions, deterministic = explorer(outputs, np.clip(outputs, explorer.low, explorer.high))
-        for batch in rollout.step(actions, deterministic):
-            data = encode_batch(batch, run_id="bench", actor_id=client.actor_id,
-                                incarnation=client.incarnation, seq=seq, policy_version=0)
-            seq += 1
-            in_flight.append(client.insert(data))
-            while len(in_flight) >= 4 or (in_flight and in_flight[0].done()):
-                in_flight.pop(0).result()
-    for future in in_flight:
-        future.result()
-    rate = rollout.env_steps / (time.perf_counter() - start)
-    rollout.close()
-    return rate
+def actor_loop(sink: Sink, policy_file: Callable[[int], bytes], num_envs: int,
+               steps: int) -> float:
+    """Steps/s of edge-rl's actor, in this process, acting in `num_envs` env copies for
+    `steps` env steps with the policy `policy_file(version)` makes (from its first action to
+    its last: the env copies' start and the policy's loading are left out)."""
+    sink.offer(policy_file)
+    sink.service.run = dataclasses.replace(sink.run, num_envs=num_envs)
+    sink.joined += 1
+    client = LearnerClient(sink.address, f"bench-loop-{sink.joined}", 0)
+    try:
+        actor = Actor(client, Spool(None, SPOOL_BYTES), max_steps=steps)
+        actor.run()
+    finally:
+        client.close()
+    acted, seconds = actor.acting
+    return acted / seconds
 
 
 def env_only(steps: int, seed: int) -> float:
@@ -205,7 +223,8 @@ def env_only(steps: int, seed: int) -> float:
     return rate
 
 
-def time_calls(backends: dict, calls: int, rounds: int, rng) -> dict[str, float]:
+def time_calls(backends: dict[str, ActorPolicy], calls: int, rounds: int,
+               rng: np.random.Generator) -> dict[str, float]:
     """Median µs per batch-1 call for each backend, interleaved in rounds."""
     observations = rng.normal(size=(256, 1, *OBS_SHAPE)).astype(np.float32)
     samples: dict[str, list[float]] = {name: [] for name in backends}
@@ -222,7 +241,7 @@ def time_calls(backends: dict, calls: int, rounds: int, rng) -> dict[str, float]
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def interleave(variants: dict, rounds: int) -> dict[str, float]:
+def interleave(variants: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
     """Median of each variant's value over interleaved rounds."""
     values: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
@@ -235,45 +254,37 @@ def interleave(variants: dict, rounds: int) -> dict[str, float]:
 # -- 1 and 2: inference and actor loops ----------------------------------------------------------
 
 
-def bench_actors(args, rng) -> dict:
+def bench_actors(args: argparse.Namespace, rng: np.random.Generator) -> dict:
     results: dict = {"latency_us": {}, "steps_per_s": {}}
     calibration = rng.normal(size=(500, *OBS_SHAPE)).astype(np.float32)
     sink = Sink(args.num_envs)
-    client = LearnerClient(sink.address, "bench-loop", 1)
-    client.hello()
-    n = args.num_envs
     try:
-        for size, hidden in SIZES.items():
-            progress(f"actors {size}: converting")
-            model, network, time_step_spec, action_spec = build_actor(hidden)
-            backends = {
-                "TF-Agents fp32": TfAgentsPolicy(network, time_step_spec, action_spec),
-                "LiteRT fp32": Policy(convert(model, "fp32", None, metadata("fp32"))),
-                "LiteRT int8": Policy(convert(model, "int8", calibration, metadata("int8"))),
-            }
+        for size in args.sizes:
+            progress(f"actors {size}: building and publishing")
+            learner = td3_learner(SIZES[size])
+            files = {name: partial(publish, learner, name, calibration)
+                     for name in (TF_AGENTS, LITERT_FP32, LITERT_INT8)}
+            backends = {name: load_published(policy_file(0)) for name, policy_file in files.items()}
             progress(f"actors {size}: latency, {args.calls} calls per backend")
             results["latency_us"][size] = time_calls(backends, args.calls, args.rounds, rng)
             progress(f"actors {size}: loops, {args.steps} steps per variant")
-            loops = actor_loops(backends, args.steps // args.rounds, n, client, args.seed)
+            loops = actor_loops(sink, files, args.steps // args.rounds, args.num_envs, args.seed)
             results["steps_per_s"][size] = interleave(loops, args.rounds)
     finally:
-        client.close()
         sink.close()
     return results
 
 
-def actor_loops(backends: dict, steps: int, n: int, client: LearnerClient, seed: int) -> dict:
+def actor_loops(sink: Sink, files: dict[str, Callable[[int], bytes]], steps: int, n: int,
+                seed: int) -> dict[str, Callable[[], float]]:
     """The loop variants of one size: name -> a function giving steps/s for `steps` steps."""
     return {
         "env only": lambda: env_only(steps, seed),
         # TF-Agents' loop is ~20x slower: fewer steps keep its rounds about as long
-        "TF-Agents fp32, 1 env": lambda: actor_loop(backends["TF-Agents fp32"], 1, steps // 8,
-                                                    client, seed),
-        f"LiteRT fp32, {n} envs": lambda: actor_loop(backends["LiteRT fp32"], n, steps, client,
-                                                     seed),
-        f"LiteRT int8, {n} envs": lambda: actor_loop(backends["LiteRT int8"], n, steps, client,
-                                                     seed),
-        "LiteRT int8, 1 env": lambda: actor_loop(backends["LiteRT int8"], 1, steps, client, seed),
+        "TF-Agents fp32, 1 env": lambda: actor_loop(sink, files[TF_AGENTS], 1, steps // 8),
+        f"LiteRT fp32, {n} envs": lambda: actor_loop(sink, files[LITERT_FP32], n, steps),
+        f"LiteRT int8, {n} envs": lambda: actor_loop(sink, files[LITERT_INT8], n, steps),
+        "LiteRT int8, 1 env": lambda: actor_loop(sink, files[LITERT_INT8], 1, steps),
     }
 
 
@@ -288,13 +299,14 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def bench_actor_process(args, rng) -> dict:
-    progress("actor process: converting, starting `edge-rl actor`")
-    model, _, _, _ = build_actor(SIZES["256x256"])
+def bench_actor_process(args: argparse.Namespace, rng: np.random.Generator) -> dict:
+    progress("actor process: publishing, starting `edge-rl actor`")
+    learner = td3_learner(SIZES["256x256"])
+    model = learner.built.export_model
     calibration = rng.normal(size=(500, *OBS_SHAPE)).astype(np.float32)
-    patcher = PolicyPatcher(model, "int8", calibration, metadata("int8"))
-    sink = Sink(args.num_envs, run_id="bench")
-    sink.exchange.put_policy(1, patcher.write(calibration, metadata("int8")))
+    int8 = partial(publish, learner, LITERT_INT8, calibration)
+    sink = Sink(args.num_envs)
+    sink.offer(int8)
     logs = Path(tempfile.mkdtemp(prefix="edge-rl-bench-"))
     spawned = time.perf_counter()
     actors = LocalActors(1, sink.address, logs)
@@ -306,32 +318,32 @@ def bench_actor_process(args, rng) -> dict:
         time.sleep(1.0)
         _drain(sink.arrivals)
         window_start, count = time.perf_counter(), 0
-        while time.perf_counter() - window_start < (2.0 if args.quick else 5.0):
+        while time.perf_counter() - window_start < args.window:
             count += sink.arrivals.get(timeout=30)[1]
         steps_per_s = count / (time.perf_counter() - window_start)
         # publish latency: new weights -> file patched -> offered -> first batch acted with it
         patch_ms, end_to_end_ms = [], []
-        for version in range(2, 2 + args.publishes):
-            for layer in patcher.layers:
-                layer.set_weights([w + rng.normal(scale=0.01, size=w.shape).astype(np.float32)
-                                   for w in layer.get_weights()])
+        for _ in range(args.publishes):
+            model.set_weights([w + rng.normal(scale=0.01, size=w.shape).astype(np.float32)
+                               for w in model.get_weights()])
             start = time.perf_counter()
-            flat = patcher.write(calibration,
-                                 PolicyMetadata(**{**metadata("int8").__dict__,
-                                                   "policy_version": version}))
+            sink.offer(int8)
             patched = time.perf_counter()
-            sink.exchange.put_policy(version, flat)
             while True:
                 arrived, _, acted_with = sink.arrivals.get(timeout=30)
-                if acted_with >= version:
+                if acted_with >= sink.version:
                     break
             patch_ms.append((patched - start) * 1e3)
             end_to_end_ms.append((arrived - start) * 1e3)
             time.sleep(0.2)
         rss = peak_rss_mb(pid)
+        # as a finishing learner does: the actor hears "stop" in its next heartbeat
+        sink.exchange.stop_taking()
+        sink.exchange.wait_for_goodbyes(timeout=3.0)
     finally:
-        sink.close()
         actors.stop()
+        sink.close()
+        shutil.rmtree(logs, ignore_errors=True)
     return {
         "steps_per_s": steps_per_s,
         "time_to_first_batch_s": time_to_first_batch,
@@ -374,14 +386,14 @@ def filled_replay(config: TrainConfig, shape, action, size: int, seed: int) -> R
     return replay
 
 
-def bench_learner(args, algo: str, env_id: str) -> dict:
+def bench_learner(args: argparse.Namespace, algo: str, env_id: str) -> dict:
     progress(f"learner {algo} {env_id}: {args.updates} updates per variant and round")
     factory = get_algorithm(algo)
     config = resolve_defaults(factory, TrainConfig(env=env_id, algo=algo))
     observation, action = describe_env(env_id)
     learner = Learner(factory, config, observation, action)
     replay = filled_replay(config, observation.shape, action, 50_000, args.seed)
-    batch, chunk = config.batch_size, 50  # edge_rl.train.UPDATES_PER_CHUNK
+    batch, chunk = config.batch_size, UPDATES_PER_CHUNK
     calibration = replay.recent_observations(500)
     per_call = tf.function(learner.agent.train)
     one = tf.nest.map_structure(lambda x: x[0], to_trajectory(replay.sample(batch)))
@@ -400,12 +412,12 @@ def bench_learner(args, algo: str, env_id: str) -> dict:
             learner._train_many(prebuilt)
         return args.updates / (time.perf_counter() - start)
 
-    def hot_path_rate(publish: str | None) -> float:
+    def hot_path_rate(publishing: str | None) -> float:
         start = time.perf_counter()
         for i in range(args.updates // chunk):
             learner.train(replay.sample(batch * chunk), chunk)
-            if publish and (i + 1) * chunk % PUBLISH_EVERY == 0:
-                if publish == "patch":
+            if publishing and (i + 1) * chunk % args.publish_every == 0:
+                if publishing == "patch":
                     learner.publish("int8", calibration, next(versions))
                 else:
                     convert(learner.built.export_model, "int8", calibration,
@@ -414,12 +426,13 @@ def bench_learner(args, algo: str, env_id: str) -> dict:
 
     for warm in (per_call_rate, in_graph_rate, lambda: hot_path_rate("patch")):
         warm()  # traces, the first conversion
+    every = args.publish_every
     variants = {
         "agent.train per call, pre-built batch": per_call_rate,
         f"in-graph chunks of {chunk}, pre-built batches": in_graph_rate,
         "hot path (replay sample + chunk), no publishing": lambda: hot_path_rate(None),
-        f"hot path, patched int8 publish every {PUBLISH_EVERY}": lambda: hot_path_rate("patch"),
-        f"hot path, full int8 conversion every {PUBLISH_EVERY}": lambda: hot_path_rate("convert"),
+        f"hot path, patched int8 publish every {every}": lambda: hot_path_rate("patch"),
+        f"hot path, full int8 conversion every {every}": lambda: hot_path_rate("convert"),
     }
     return interleave(variants, args.rounds)
 
@@ -427,11 +440,11 @@ def bench_learner(args, algo: str, env_id: str) -> dict:
 # -- 5: learner updates/s with an actor process attached -----------------------------------------
 
 
-def bench_training(args, algo: str, env_id: str) -> dict:
+def bench_training(args: argparse.Namespace, algo: str, env_id: str) -> dict:
     progress(f"training {algo} {env_id}: {args.train_steps} env steps with one actor process")
     with tempfile.TemporaryDirectory(prefix="edge-rl-bench-") as out:
         config = TrainConfig(env=env_id, algo=algo, steps=args.train_steps, seed=args.seed,
-                             out=str(Path(out) / "run"), warmup_steps=2_000,
+                             out=str(Path(out) / "run"), warmup_steps=args.warmup_steps,
                              eval_every=10**9, eval_episodes=1, checkpoint_every=10**9,
                              num_envs=args.num_envs, batch_transitions=BATCH_TRANSITIONS)
         summary = run_training(config)
@@ -442,7 +455,7 @@ def bench_training(args, algo: str, env_id: str) -> dict:
 # -- report ---------------------------------------------------------------------------------------
 
 
-def report(args, r: dict) -> None:
+def report(args: argparse.Namespace, r: dict) -> None:
     n = args.num_envs
     m = r["machine"]
     print(f"## Loop benchmark ({'quick' if args.quick else 'full'})\n")
@@ -480,7 +493,8 @@ def report(args, r: dict) -> None:
         ["peak RSS (VmHWM)", f"{p['peak_rss_mb']:.0f} MB"],
         ["spawn -> first batch at the learner (time to first action, upper bound)",
          f"{p['time_to_first_batch_s']:.2f} s"],
-        ["publish: PolicyPatcher.write (median)", f"{p['patch_ms_median']:.1f} ms"],
+        ["publish: Learner.publish, the int8 file patched (median)",
+         f"{p['patch_ms_median']:.1f} ms"],
         ["publish: new weights -> first batch acted with them (median / max of "
          f"{args.publishes})", f"{p['publish_ms_median']:.1f} / {p['publish_ms_max']:.1f} ms"],
     ]))
@@ -502,7 +516,8 @@ def report(args, r: dict) -> None:
         rows.append([key, f"{t['updates_per_s']:.0f}", f"{t['updates_per_s'] / base:.2f}",
                      f"{t['updates_per_s'] / graph:.2f}"])
     print(f"\n### Learner with an actor process attached (run_training, {args.train_steps} env "
-          f"steps, 2000 warm-up, {n} envs; from the first chunk of updates to the last)\n")
+          f"steps, {args.warmup_steps} warm-up, {n} envs; from the first chunk of updates to "
+          "the last)\n")
     print(table(["run", "updates/s", "/ agent.train per call", "/ in-graph pre-built"], rows))
 
 
@@ -514,7 +529,7 @@ def main() -> None:
     results: dict = {"actors": bench_actors(args, rng),
                      "actor_process": bench_actor_process(args, rng),
                      "learner": {}, "training": {}}
-    for algo, env_id in (("td3", ENV_ID), ("dqn", "CartPole-v1")):
+    for algo, env_id in args.learners:
         key = f"{algo} {env_id}"
         results["learner"][key] = bench_learner(args, algo, env_id)
         results["training"][key] = bench_training(args, algo, env_id)

@@ -1,6 +1,6 @@
 """Wall-clock to solve CartPole-v1: `edge-rl train` against TF-Agents' standard DQN loop.
 
-    python tools/cartpole_vs_tf_agents.py [--seeds 0 1 2] [--out DIR]
+    python tools/cartpole_vs_tf_agents.py [--seeds 0 1 2] [--out DIR] [--dry-run]
 
 For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475
 --updates-per-step 1` (its defaults otherwise: one int8 actor process, greedy evaluation of
@@ -9,20 +9,21 @@ optimizer, n-step targets, exploration schedule and evaluation protocol, in TF-A
 driver + TFUniformReplayBuffer loop), one after the other so that neither shares the machine
 with the other. Each is timed as a whole process, from launch to exit (imports, set-up and
 evaluations included). Prints a markdown table and both medians; writes results.json under
---out.
+--out. --dry-run prints the commands, checks that both programs are there, and runs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+TF_AGENTS_DQN = Path(__file__).resolve().parent / "tf_agents_dqn.py"
 EDGE_RL = str(Path(sys.executable).parent / "edge-rl")
 TARGET = 475.0
 
@@ -35,13 +36,21 @@ def run(command: list[str], log: Path) -> float:
     return time.perf_counter() - start
 
 
+def edge_rl_command(seed: int, out: Path) -> list[str]:
+    # one update per env step, as TF-Agents' loop (DQN's default is 0.25, docs/learning.md)
+    return [EDGE_RL, "train", "--env", "CartPole-v1", "--algo", "dqn", "--seed", str(seed),
+            "--target-return", str(TARGET), "--updates-per-step", "1",
+            "--out", str(out / f"edge-rl-{seed}")]
+
+
+def tf_agents_command(seed: int, out: Path) -> list[str]:
+    return [sys.executable, str(TF_AGENTS_DQN), "--seed", str(seed), "--target-return",
+            str(TARGET), "--json", str(out / f"tf-agents-{seed}.json")]
+
+
 def edge_rl_run(seed: int, out: Path) -> dict:
     run_dir = out / f"edge-rl-{seed}"
-    # one update per env step, as TF-Agents' loop (DQN's default is 0.25, docs/learning.md)
-    seconds = run([EDGE_RL, "train", "--env", "CartPole-v1", "--algo", "dqn", "--seed",
-                   str(seed), "--target-return", str(TARGET), "--updates-per-step", "1",
-                   "--out", str(run_dir)],
-                  out / f"edge-rl-{seed}.log")
+    seconds = run(edge_rl_command(seed, out), out / f"edge-rl-{seed}.log")
     summary = json.loads(next(run_dir.rglob("summary.json")).read_text())
     best = summary["best_return"] or {}
     return {"loop": "edge-rl", "seed": seed, "process_seconds": round(seconds, 1),
@@ -51,20 +60,34 @@ def edge_rl_run(seed: int, out: Path) -> dict:
 
 def tf_agents_run(seed: int, out: Path) -> dict:
     result_file = out / f"tf-agents-{seed}.json"
-    seconds = run([sys.executable, str(HERE / "tf_agents_dqn.py"), "--seed", str(seed),
-                   "--target-return", str(TARGET), "--json", str(result_file)],
-                  out / f"tf-agents-{seed}.log")
+    seconds = run(tf_agents_command(seed, out), out / f"tf-agents-{seed}.log")
     result = json.loads(result_file.read_text())
     return {"loop": "tf-agents", "seed": seed, "process_seconds": round(seconds, 1),
             "solved": result["solved"], "env_steps": result["env_steps"],
             "run_seconds": result["wall_clock_seconds"], "eval_seconds": result["eval_seconds"]}
 
 
+def dry_run(seeds: list[int], out: Path) -> int:
+    """Print the commands in the order they would run; 1 if a program is missing."""
+    for seed in seeds:
+        for command in (edge_rl_command(seed, out), tf_agents_command(seed, out)):
+            print(shlex.join(command))
+    missing = [str(p) for p in (Path(EDGE_RL), TF_AGENTS_DQN) if not p.is_file()]
+    for path in missing:
+        print(f"missing: {path}", file=sys.stderr)
+    print(f"{2 * len(seeds)} runs, one after the other")
+    return 1 if missing else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/cartpole-vs-tf-agents"))
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the commands and check the programs; run nothing")
     args = parser.parse_args()
+    if args.dry_run:
+        sys.exit(dry_run(args.seeds, args.out))
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:

@@ -1,7 +1,8 @@
-"""The learner side of tools/bench_ingest.py: what edge_rl.train.Training builds for ingest,
-served on 127.0.0.1, plus the no-op Insert server of the transport-only phase and the timing
-of the Insert handler's stages one batch at a time. Imported by bench_ingest.py only: the
-streamers (tools/ingest_streamer.py) never load TensorFlow.
+"""The learner side of tools/bench_ingest.py: an edge_rl.train.Training (its learner, replay,
+ingest and gRPC service; the loop is the benchmark's own) served on 127.0.0.1, plus the no-op
+Insert server of the transport-only phase and the timing of the Insert handler's stages one
+batch at a time. Imported by bench_ingest.py only: the streamers (tools/ingest_streamer.py)
+never load TensorFlow.
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ from edge_rl.device import wire_pb2
 if TYPE_CHECKING:  # names for the type hints only
     import grpc
 
-    from edge_rl.config import TrainConfig
-    from edge_rl.ingest import Ingest
-    from edge_rl.learner import Learner
-    from edge_rl.replay import Replay
+    from edge_rl.train import Training
 
 ENV_ID = "HalfCheetah-v5"
 PREFILL = 50_000  # transitions in replay before the learner is timed
@@ -59,12 +57,10 @@ class TimedInsert:
 
 @dataclass
 class LearnerSide:
-    """What edge_rl.train.Training builds, without its actors, evaluations or checkpoints."""
+    """An edge_rl.train.Training serving on 127.0.0.1, without its actors, evaluations or
+    checkpoints, and the benchmark's pieces around it."""
 
-    config: TrainConfig
-    learner: Learner
-    replay: Replay
-    ingest: Ingest
+    training: Training
     server: grpc.Server
     port: int
     insert: TimedInsert
@@ -72,47 +68,35 @@ class LearnerSide:
     noop_port: int
     tmp: tempfile.TemporaryDirectory
 
+    def close(self) -> None:
+        self.training.exchange.stop_taking()
+        self.server.stop(grace=1.0)
+        self.noop_server.stop(grace=1.0)
+        self.training.writer.close()
+        self.training.ingest.close()
+        self.tmp.cleanup()
+
 
 def build_learner_side(args: argparse.Namespace) -> LearnerSide:
-    """The learner's pieces, serving on 127.0.0.1 (a free port)."""
+    """A Training of TD3 on HalfCheetah-v5 (its defaults), its replay pre-filled, serving on
+    127.0.0.1 (a free port) with its Insert timed."""
     import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow's import)
     from edge_rl.config import TrainConfig
-    from edge_rl.ingest import Ingest
-    from edge_rl.learner import Learner
-    from edge_rl.replay import Replay
-    from edge_rl.server import LearnerService, RunInfo, start_server
-    from edge_rl.tf_setup import tf
-    from edge_rl.train import prepare
+    from edge_rl.train import Training
 
     tmp = tempfile.TemporaryDirectory(prefix="edge-rl-bench-ingest-")
-    config, factory, observation, action = prepare(TrainConfig(
+    training = Training(TrainConfig(
         env=ENV_ID, algo="td3", seed=args.seed, out=str(Path(tmp.name) / "run"),
         actors=args.actors, max_in_flight=args.window,
-        batch_transitions=args.batch_transitions[0]))
-    tf.keras.utils.set_random_seed(config.seed)
-    learner = Learner(factory, config, observation, action)
-    replay = Replay(config.replay_capacity, observation.shape, tuple(action["shape"]), "float32",
-                    gamma=config.gamma, nstep=config.nstep, seed=config.seed)
+        batch_transitions=args.batch_transitions[0], carbon=False))
     rng = np.random.default_rng(args.seed)
     for first in range(0, PREFILL, 1000):
-        replay.insert(0, synthetic_transitions(1000, first, rng))
-    ingest = Ingest(config.run_dir / "replay-log", replay, {}, {}, (0, 0))
-    run = RunInfo(
-        run_id="bench-ingest", env_id=ENV_ID, algo="td3", observation_shape=observation.shape,
-        action=action, batch_transitions=config.batch_transitions,
-        max_in_flight=config.max_in_flight, lockstep=False, num_envs=1, seed=config.seed,
-        exploration=lambda index: factory.exploration(config, index),
-    )
-    # As Training sizes it: Inserts wait in their threads for acks, so every in-flight batch
-    # of the fleet needs a thread.
-    service = LearnerService(run, ingest.exchange)
+        training.replay.insert(0, synthetic_transitions(1000, first, rng))
+    service = training.service()
     service.Insert = insert = TimedInsert(service.Insert)  # start_server takes it from here
-    server, port = start_server(
-        service, 0, max_workers=max(64, config.max_in_flight * (config.actors + 16) + 16),
-    )
+    server, port = training.serve(service)
     noop_server, noop_port = start_noop_server()
-    return LearnerSide(config, learner, replay, ingest, server, port, insert, noop_server,
-                       noop_port, tmp)
+    return LearnerSide(training, server, port, insert, noop_server, noop_port, tmp)
 
 
 def start_noop_server() -> tuple[grpc.Server, int]:
@@ -149,7 +133,7 @@ def time_stages(side: LearnerSide, n: int, repeats: int) -> dict[str, float]:
     payloads = [maker.batch(seq) for seq in range(repeats)]
     requests = [wire_pb2.InsertRequest(batch=p).SerializeToString() for p in payloads]
     replay = Replay(max(PREFILL, n * repeats), (OBS_DIM,), (ACTION_DIM,), "float32", gamma=0.99)
-    log_ = side.ingest.log
+    log_ = side.training.ingest.log
 
     def median_us(work: Callable[[int], object]) -> float:
         times = []

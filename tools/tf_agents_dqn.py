@@ -1,6 +1,6 @@
 """TF-Agents' own standard DQN loop on CartPole-v1: the baseline `edge-rl train` is timed against.
 
-    python tools/tf_agents_dqn.py --seed 0 [--json PATH]
+    python tools/tf_agents_dqn.py --seed 0 [--json PATH] [--quick]
 
 The loop of TF-Agents' DQN tutorial: a DynamicStepDriver collects one env step per
 iteration with the agent's epsilon-greedy collect policy into a TFUniformReplayBuffer, and
@@ -14,7 +14,8 @@ evaluation protocol: every 2500 env steps, 20 greedy
 episodes (TF-Agents' greedy policy, through PyTFEagerPolicy with tf.function) on a separate
 env, stopping at a mean return of --target-return (475). Wall-clock counts everything from
 the start of main() (not the imports), evaluations included; the time spent evaluating is
-reported too.
+reported too. The shared settings are read from edge-rl's DQN (its defaults and Options) and
+TrainConfig. --quick: 1500 env steps, 2 greedy episodes every 250 (CI runs it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ from tf_agents.utils import common
 
 from edge_rl.agents.dqn import ALGORITHM as EDGE_RL_DQN
 from edge_rl.agents.parts.networks import DuelingQNetwork
+from edge_rl.config import TrainConfig
+
+DEFAULTS = EDGE_RL_DQN.defaults
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,9 +51,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--target-return", type=float, default=475.0)
     parser.add_argument("--eval-every", type=int, default=2_500)
     parser.add_argument("--eval-episodes", type=int, default=20)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
     parser.add_argument("--json", metavar="PATH", help="write the result here as JSON")
-    return parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="1500 env steps, 2 greedy episodes every 250 (a check that it runs)")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.eval_every, args.eval_episodes = 1_500, 250, 2
+    return args
 
 
 def evaluate(policy, env, episodes: int) -> float:
@@ -76,22 +85,23 @@ def main() -> None:
     train_env.pyenv.envs[0].seed(args.seed)
     eval_env.seed(args.seed + 1_000_000)
 
-    nstep = 3
+    nstep, batch_size = DEFAULTS["nstep"], DEFAULTS["batch_size"]
+    warmup_steps = DEFAULTS["warmup_steps"]
     train_step = tf.Variable(0, dtype=tf.int64)
-    exploration = EDGE_RL_DQN.Options()  # edge-rl's epsilon schedule
+    options = EDGE_RL_DQN.Options()  # edge-rl's epsilon schedule and target updates
     epsilon = tf.keras.optimizers.schedules.PolynomialDecay(
-        exploration.epsilon_start, exploration.epsilon_decay_steps, exploration.epsilon_end)
+        options.epsilon_start, options.epsilon_decay_steps, options.epsilon_end)
     agent = dqn_agent.DdqnAgent(
         train_env.time_step_spec(),
         train_env.action_spec(),
-        q_network=DuelingQNetwork(train_env.observation_spec(), 2, (64, 64)),
+        q_network=DuelingQNetwork(train_env.observation_spec(), 2, DEFAULTS["hidden"]),
         optimizer=tf.keras.optimizers.Adam(learning_rate=args.learning_rate),
         epsilon_greedy=lambda: epsilon(train_step),
         n_step_update=nstep,
-        target_update_tau=0.01,
-        target_update_period=1,
+        target_update_tau=options.target_update_tau,
+        target_update_period=options.target_update_period,
         td_errors_loss_fn=common.element_wise_huber_loss,
-        gamma=0.99,
+        gamma=TrainConfig.gamma,
         train_step_counter=train_step,
     )
     agent.initialize()
@@ -101,7 +111,7 @@ def main() -> None:
     warmup = dynamic_step_driver.DynamicStepDriver(
         train_env, random_tf_policy.RandomTFPolicy(train_env.time_step_spec(),
                                                    train_env.action_spec()),
-        observers=[replay_buffer.add_batch], num_steps=1_000,
+        observers=[replay_buffer.add_batch], num_steps=warmup_steps,
     )
     warmup.run()
     collect = dynamic_step_driver.DynamicStepDriver(
@@ -110,12 +120,12 @@ def main() -> None:
     collect_run = common.function(collect.run)
     train = common.function(agent.train)
     dataset = replay_buffer.as_dataset(
-        num_parallel_calls=3, sample_batch_size=64, num_steps=nstep + 1
+        num_parallel_calls=3, sample_batch_size=batch_size, num_steps=nstep + 1
     ).prefetch(3)
     batches = iter(dataset)
     greedy = py_tf_eager_policy.PyTFEagerPolicy(agent.policy, use_tf_function=True)
 
-    env_steps, eval_seconds, evaluations = 1_000, 0.0, []
+    env_steps, eval_seconds, evaluations = warmup_steps, 0.0, []
     time_step, policy_state = None, agent.collect_policy.get_initial_state(train_env.batch_size)
     solved_at = None
     while env_steps < args.steps:
