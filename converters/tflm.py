@@ -16,23 +16,20 @@ for builtin opcode ...") on the child's stderr.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
-from edge_rl.converters.tflite import _builtin, _read_model
-from edge_rl.device.policy_file import PolicyMetadata, output_step, read_policy_metadata
+from edge_rl.converters.flatbuffer import builtin, read_model
+from edge_rl.device.policy_file import output_step
 from edge_rl.device.runtime import EDGETPU_CUSTOM_OP
 
 log = logging.getLogger(__name__)
@@ -87,20 +84,8 @@ FIRST_ARENA_GUESS = 16 << 10
 MAX_ARENA_BYTES = 64 << 20
 COMPARE_ROWS = 16  # network inputs run through TFLM and LiteRT by `compare_with_litert`
 
-# TFLite TensorType -> TFLM's TfLiteType enumerator, for the header.
-_TFLITE_TYPES = {
-    _TYPE.FLOAT32: "kTfLiteFloat32", _TYPE.INT8: "kTfLiteInt8", _TYPE.UINT8: "kTfLiteUInt8",
-    _TYPE.INT16: "kTfLiteInt16", _TYPE.INT32: "kTfLiteInt32",
-}  # fmt: skip
 _NUMPY_TYPES = {_TYPE.FLOAT32: np.float32, _TYPE.INT8: np.int8, _TYPE.UINT8: np.uint8,
                 _TYPE.INT16: np.int16, _TYPE.INT32: np.int32}
-_C_KEYWORDS = frozenset("""
-    alignas alignof and asm auto bool break case catch char class const constexpr continue
-    default delete do double else enum explicit export extern false float for friend goto if
-    inline int long mutable namespace new noexcept not nullptr operator or private protected
-    public register restrict return short signed sizeof static struct switch template this
-    throw true try typedef typeid typename union unsigned using virtual void volatile while
-""".split())
 
 # The child process: loads the model (argv[1]) in TFLite Micro once per request line
 # "ARENA [INPUTS.npy OUTPUTS.npy]": runs one zero input, or each row of INPUTS, and answers
@@ -140,19 +125,19 @@ class ArenaSize:
 
 def tflm_problems(model_bytes: bytes) -> list[str]:
     """The operators (and float16 tensors) in the model that TFLite Micro cannot run; [] if none."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     problems: list[str] = []
     for graph in model.subgraphs or []:
         for op in graph.operators or []:
-            builtin = _builtin(model, op)
-            if builtin == _OP.CUSTOM:
+            code_number = builtin(model, op)
+            if code_number == _OP.CUSTOM:
                 code = model.operatorCodes[op.opcodeIndex].customCode
                 name = code.decode(errors="replace") if isinstance(code, bytes) else str(code)
                 hint = (" (an Edge TPU compiled model: export int8 for TFLite Micro)"
                         if name == EDGETPU_CUSTOM_OP else "")
                 problem = f"custom operator {name}{hint}"
             else:
-                name = _OP_NAMES.get(builtin, f"builtin operator {builtin}")
+                name = _OP_NAMES.get(code_number, f"builtin operator {code_number}")
                 if name in TFLM_OPS:
                     continue
                 problem = name + (f" ({_MISSING_HINTS[name]})" if name in _MISSING_HINTS else "")
@@ -174,11 +159,11 @@ def check_tflm(model_bytes: bytes) -> None:
 
 def model_ops(model_bytes: bytes) -> list[str]:
     """The builtin operators the model uses, by name, in order of first use."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     names: list[str] = []
     for graph in model.subgraphs or []:
         for op in graph.operators or []:
-            name = _OP_NAMES.get(_builtin(model, op), "CUSTOM")
+            name = _OP_NAMES.get(builtin(model, op), "CUSTOM")
             if name not in names:
                 names.append(name)
     return names
@@ -290,11 +275,11 @@ def _kib(size: int) -> str:
 
 def _int8_fully_connected_outputs(model_bytes: bytes) -> int:
     """Output channels summed over the model's int8 FULLY_CONNECTED ops."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     total = 0
     for graph in model.subgraphs or []:
         for op in graph.operators or []:
-            if (_builtin(model, op) == _OP.FULLY_CONNECTED
+            if (builtin(model, op) == _OP.FULLY_CONNECTED
                     and graph.tensors[int(op.inputs[0])].type == _TYPE.INT8):
                 total += int(graph.tensors[int(op.outputs[0])].shape[-1])
     return total
@@ -331,7 +316,7 @@ def compare_with_litert(model_bytes: bytes, arena_bytes: int = 1 << 20,
     """The largest difference between TFLite Micro's and LiteRT's outputs on random network
     inputs, in output steps (for a float network: in units of 1e-4 of the largest output).
     Raises ValueError when it is more than one step."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     graph = model.subgraphs[0]
     source, sink = graph.tensors[int(graph.inputs[0])], graph.tensors[int(graph.outputs[0])]
     shape = [int(d) for d in source.shape]
@@ -356,199 +341,3 @@ def compare_with_litert(model_bytes: bytes, arena_bytes: int = 1 << 20,
         raise ValueError(f"TFLite Micro's outputs differ from LiteRT's by up to {worst:.2f} "
                          f"output steps on {rows} inputs (at most 1 is expected)")
     return worst
-
-
-def c_source(model_bytes: bytes, name: str, metadata: PolicyMetadata, *,
-             arena: ArenaSize | None = None, header_name: str | None = None) -> tuple[str, str]:
-    """The C++ source (the model as a 16-byte aligned `const unsigned char NAME[]` and its
-    length `NAME_len`) and the header for a microcontroller, as text.
-
-    The header gives the arena size (measured with `arena_size` unless `arena` is given), the
-    input and output tensors' type, shape and quantization, the ops for the op resolver, and
-    the observation and action layouts from `metadata`. The array holds the policy file as
-    it is, edge-rl's metadata included: it is the same file as the .tflite (the board can read
-    its policy version), and costs only its few hundred bytes of flash. `header_name` is the
-    header's file name for the source's #include (default NAME.h). `name` must be a valid C
-    identifier (ValueError otherwise).
-    """
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_KEYWORDS:
-        raise ValueError(f"{name!r} is not a valid C identifier")
-    check_tflm(model_bytes)
-    arena = arena or arena_size(model_bytes)
-    header_name = header_name or f"{name}.h"
-    rows = [", ".join(f"0x{b:02x}" for b in model_bytes[i : i + 12])
-            for i in range(0, len(model_bytes), 12)]
-    source = "\n".join([
-        f"// {Path(header_name).stem}: an edge-rl policy for TensorFlow Lite Micro, generated by",
-        "// edge-rl; do not edit. The model is the .tflite policy file, byte for byte.",
-        f'#include "{header_name}"',
-        "",
-        f"alignas(16) const unsigned char {name}[] = {{",
-        *(f"    {row}," for row in rows),
-        "};",
-        f"const unsigned int {name}_len = {len(model_bytes)};",
-        "",
-    ])
-    return source, _header(model_bytes, name, metadata, arena)
-
-
-def _header(model_bytes: bytes, name: str, meta: PolicyMetadata, arena: ArenaSize) -> str:
-    model = _read_model(model_bytes)
-    graph = model.subgraphs[0]
-    source, sink = graph.tensors[int(graph.inputs[0])], graph.tensors[int(graph.outputs[0])]
-    p = name.upper()
-    ops = model_ops(model_bytes)
-    features = int(np.prod(meta.observation_shape))
-    step = output_step(model_bytes)
-    quantize = (f"clamp(round(x[i] / {p}_INPUT_SCALE) + {p}_INPUT_ZERO_POINT, -128, 127)"
-                if source.type != _TYPE.FLOAT32 else "x[i]")
-    dequantize = (f"(output[j] - {p}_OUTPUT_ZERO_POINT) * {p}_OUTPUT_SCALE"
-                  if sink.type != _TYPE.FLOAT32 else "output[j]")
-    act = {
-        "q_values": "action = argmax_j y[j] (Q-values, or advantages: the same argmax)",
-        "action": f"action[k] = clamp(y[k], {p}_ACTION_LOW[k], {p}_ACTION_HIGH[k]) (env units)",
-        "squashed_gaussian": f"action[k] = clamp(y[k], {p}_ACTION_LOW[k], {p}_ACTION_HIGH[k]) "
-                             "(output 0, env units; output 1: the mean and log-std to sample "
-                             "from)",
-        "mean_log_std": "action[k] = LOW[k] + (tanh(y[k]) + 1) / 2 * (HIGH[k] - LOW[k]), "
-                        f"k < {p}_ACTION_DIM",
-    }[meta.output]
-    if meta.input_scale is None:
-        obs_scale, why = (1.0,) * features, "all 1: the file takes the env's raw observations"
-    else:
-        obs_scale, why = meta.input_scale, "the network was built for features divided by these"
-    if meta.discrete:
-        action = (f"#define {p}_ACTION_DISCRETE 1\n"
-                  f"#define {p}_ACTION_COUNT {int(meta.action['n'])}  /* actions 0..n-1 */")
-    else:
-        action = (f"#define {p}_ACTION_DISCRETE 0\n"
-                  f"#define {p}_ACTION_DIM {len(meta.action['low'])}\n"
-                  f"#define {p}_ACTION_LOW {_c_floats(meta.action['low'])}\n"
-                  f"#define {p}_ACTION_HIGH {_c_floats(meta.action['high'])}")
-    resolution = (f"/* int8 resolution: one int8 step moves an output by {_c_float(step)} */\n"
-                  if step and sink.type == _TYPE.FLOAT32 else "")
-    adds = " &&\n         ".join(f"resolver.{resolver_method(op)}() == 0" for op in ops)
-    return f"""\
-/* {name}: an edge-rl policy for TensorFlow Lite Micro, generated by edge-rl; do not edit.
- * {meta.env_id}, {meta.algo}, {meta.precision}, policy version {meta.policy_version}, \
-train step {meta.train_step}.
- *
- * Each control step:
- *   1. x[i] = observation[i] / {p}_OBSERVATION_SCALE[i], i < {p}_OBSERVATION_SIZE
- *   2. input[i] = {quantize}
- *   3. interpreter.Invoke()
- *   4. y[j] = {dequantize}
- *   5. {act}
- */
-#ifndef {p}_H_
-#define {p}_H_
-
-#ifdef __cplusplus
-extern "C" {{
-#endif
-/* The .tflite policy file (edge-rl metadata included), 16-byte aligned: for
-   tflite::GetModel({name}). */
-extern const unsigned char {name}[];
-extern const unsigned int {name}_len;
-#ifdef __cplusplus
-}}
-#endif
-
-/* Tensor arena: alignas(16) uint8_t arena[{p}_ARENA_SIZE]. TFLite Micro needed
-   {arena.measured} bytes on the host (reference kernels; load and one invoke, by bisection):
-   the rest is a margin for optimized kernels' scratch buffers (CMSIS-NN, ESP-NN). */
-#define {p}_ARENA_SIZE {arena.with_margin}
-#define {p}_ARENA_MEASURED {arena.measured}
-
-/* Builtin ops, for a tflite::MicroMutableOpResolver<{p}_OP_COUNT>:
-   {", ".join(ops)} ({name}_add_ops below adds them). */
-#define {p}_OP_COUNT {len(ops)}
-
-{_tensor_block(f"{p}_INPUT", source)}
-{_tensor_block(f"{p}_OUTPUT", sink)}
-{resolution}
-#define {p}_ENV_ID {json.dumps(meta.env_id)}
-#define {p}_ALGO {json.dumps(meta.algo)}
-#define {p}_OBSERVATION_SHAPE {_c_ints(meta.observation_shape)}
-#define {p}_OBSERVATION_SIZE {features}
-/* observation[i] is divided by OBSERVATION_SCALE[i] ({why}) */
-#define {p}_OBSERVATION_SCALE {_c_floats(obs_scale)}
-#define {p}_OUTPUT_KIND {json.dumps(meta.output)}
-{action}
-
-#ifdef __cplusplus
-/* Adds the model's ops to a tflite::MicroMutableOpResolver<{p}_OP_COUNT>; false if one fails. */
-template <typename Resolver>
-inline bool {name}_add_ops(Resolver& resolver) {{
-  return {adds};
-}}
-#endif
-
-#endif  /* {p}_H_ */
-"""
-
-
-def _tensor_block(prefix: str, tensor: Any) -> str:
-    """#defines for a tensor's type, shape and (first) quantization scale and zero point."""
-    shape = [int(d) for d in tensor.shape]
-    scales = list(getattr(tensor.quantization, "scale", None) or [])
-    zero_points = list(getattr(tensor.quantization, "zeroPoint", None) or [])
-    kind = "input" if prefix.endswith("INPUT") else "output"
-    what = "quantized" if scales else "float: not quantized, scale 0"
-    return (f"/* The {kind} tensor ({what}) */\n"
-            f"#define {prefix}_TYPE {_TFLITE_TYPES.get(tensor.type, tensor.type)}\n"
-            f"#define {prefix}_SHAPE {_c_ints(shape)}\n"
-            f"#define {prefix}_SIZE {int(np.prod(shape))}\n"
-            f"#define {prefix}_SCALE {_c_float(scales[0] if scales else 0.0)}\n"
-            f"#define {prefix}_ZERO_POINT {int(zero_points[0]) if zero_points else 0}")
-
-
-def _c_float(value: float) -> str:
-    text = str(np.float32(value))
-    return text + ("f" if "." in text or "e" in text else ".0f")
-
-
-def _c_ints(values: Any) -> str:
-    return "{" + ", ".join(str(int(v)) for v in values) + "}"
-
-
-def _c_floats(values: Any) -> str:
-    return "{" + ", ".join(_c_float(v) for v in values) + "}"
-
-
-def c_identifier(text: str) -> str:
-    """`text` made a C identifier: other characters become "_", a leading digit gets "m_"."""
-    name = re.sub(r"\W", "_", text, flags=re.ASCII) or "model"
-    name = f"m_{name}" if name[0].isdigit() or name in _C_KEYWORDS else name
-    return name
-
-
-def write_tflm(model_bytes: bytes, out_path: str | Path) -> list[str]:
-    """Check the policy file for TFLite Micro, measure its arena, check TFLM's outputs against
-    LiteRT's, and write `<stem>.cc` and `<stem>.h` next to `out_path`; report lines.
-
-    Raises ValueError when TFLite Micro cannot run the model, or runs it differently from LiteRT
-    (by more than one output step), and PolicyFileError for a file without edge-rl metadata.
-    """
-    metadata = read_policy_metadata(model_bytes)
-    check_tflm(model_bytes)
-    started = time.perf_counter()
-    arena = arena_size(model_bytes)
-    seconds = time.perf_counter() - started
-    worst = compare_with_litert(model_bytes, arena.measured)
-    out = Path(out_path)
-    source_path, header_path = out.with_suffix(".cc"), out.with_suffix(".h")
-    source, header = c_source(model_bytes, c_identifier(out.stem), metadata, arena=arena,
-                              header_name=header_path.name)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    source_path.write_text(source)
-    header_path.write_text(header)
-    return [
-        f"wrote {source_path} and {header_path}",
-        f"model: {len(model_bytes):,} bytes of flash (the .tflite file as a C array); ops: "
-        f"{', '.join(model_ops(model_bytes))}",
-        f"tensor arena: {arena.measured:,} bytes measured with TFLite Micro's reference kernels "
-        f"(bisection, {seconds:.1f} s), {arena.with_margin:,} with margin for optimized kernels",
-        f"TFLite Micro matches LiteRT on {COMPARE_ROWS} inputs (largest difference "
-        f"{worst:.2f} output steps)",
-    ]

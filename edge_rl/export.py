@@ -116,7 +116,7 @@ class RunExport:
                                 f"{'; '.join(check.failures)} (--force writes it anyway)")
         path.parent.mkdir(parents=True, exist_ok=True)
         if tflm:
-            from edge_rl.converters.tflm import write_tflm
+            from edge_rl.converters.tflm_source import write_tflm
 
             try:
                 written = write_tflm(model, path)

@@ -19,8 +19,6 @@ from edge_rl.converters.tflm import (
     ARENA_STEP,
     TFLM_OPS,
     arena_size,
-    c_identifier,
-    c_source,
     check_tflm,
     compare_with_litert,
     fits_arena,
@@ -28,8 +26,8 @@ from edge_rl.converters.tflm import (
     model_ops,
     resolver_method,
     tflm_outputs,
-    write_tflm,
 )
+from edge_rl.converters.tflm_source import c_identifier, c_source, write_tflm
 from edge_rl.device.policy_file import PolicyMetadata, read_policy_metadata
 from edge_rl.device.runtime import EDGETPU_CUSTOM_OP
 from edge_rl.tf_setup import tf
