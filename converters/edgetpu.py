@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
-from edge_rl.converters.tflite import _TYPE_NAMES, _builtin, _read_model, _text
+from edge_rl.converters.flatbuffer import TYPE_NAMES, builtin, read_model, text
 from edge_rl.device.runtime import EDGETPU_CUSTOM_OP
 
 _OP = schema.BuiltinOperator
@@ -68,7 +68,7 @@ def edgetpu_problems(model_bytes: bytes,
 
     `runtime_version`: the oldest Edge TPU runtime the model must run on (edgetpu_compiler -m).
     """
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     graph = model.subgraphs[0]
     problems = []
     if len(model.subgraphs) > 1:
@@ -79,28 +79,28 @@ def edgetpu_problems(model_bytes: bytes,
 
     # operators: in Coral's table, at a runtime version the target has
     for i, op in enumerate(graph.operators or []):
-        builtin = _builtin(model, op)
+        code = builtin(model, op)
         name = op_name(model, op)
-        if builtin == _OP.CUSTOM:
+        if code == _OP.CUSTOM:
             if name != EDGETPU_CUSTOM_OP:
                 problems.append(f"custom operator {name} (op {i}) is not supported by the "
                                 "Edge TPU")
-        elif builtin not in SUPPORTED_OPS:
+        elif code not in SUPPORTED_OPS:
             problems.append(f"operator {name} (op {i}) is not supported by the Edge TPU")
-        elif SUPPORTED_OPS[builtin] > runtime_version:
+        elif SUPPORTED_OPS[code] > runtime_version:
             problems.append(f"operator {name} (op {i}) needs Edge TPU runtime "
-                            f"{SUPPORTED_OPS[builtin]}, not {runtime_version}")
-        if builtin == _OP.FULLY_CONNECTED and op.inputs is not None and len(op.inputs) > 1:
+                            f"{SUPPORTED_OPS[code]}, not {runtime_version}")
+        if code == _OP.FULLY_CONNECTED and op.inputs is not None and len(op.inputs) > 1:
             weights = graph.tensors[int(op.inputs[1])]
             if _scale_count(weights) > 1:
                 problems.append(f"operator {name} (op {i}) has weights quantized per channel "
-                                f"({_text(weights.name)!r}); the Edge TPU compiler needs one "
+                                f"({text(weights.name)!r}); the Edge TPU compiler needs one "
                                 "scale per tensor")
-        elif builtin not in _PER_AXIS_OK:
+        elif code not in _PER_AXIS_OK:
             for index in op.inputs if op.inputs is not None else []:
                 if index >= 0 and _scale_count(graph.tensors[int(index)]) > 1:
                     problems.append(f"operator {name} (op {i}) takes tensor "
-                                    f"{_text(graph.tensors[int(index)].name)!r} quantized per "
+                                    f"{text(graph.tensors[int(index)].name)!r} quantized per "
                                     "axis, which it has no kernel for on the Edge TPU")
 
     # the graph's boundary: 8-bit integers in and out
@@ -108,7 +108,7 @@ def edgetpu_problems(model_bytes: bytes,
         for index in indices if indices is not None else []:
             tensor = graph.tensors[int(index)]
             if tensor.type not in _EIGHT_BIT:
-                problems.append(f"graph {kind} {_text(tensor.name)!r} is "
+                problems.append(f"graph {kind} {text(tensor.name)!r} is "
                                 f"{_type_name(tensor.type)}; the Edge TPU takes int8 or uint8")
 
     # every tensor: quantized to 8 bits, static, at most 3 dimensions above 1
@@ -149,15 +149,15 @@ def check_edgetpu(model_bytes: bytes, runtime_version: int = EDGETPU_RUNTIME_VER
 def cpu_fallback_notes(model_bytes: bytes) -> list[str]:
     """Known limitations (Coral's table) of supported ops, that may leave an op and everything
     after it on the CPU; checked for MEAN and SOFTMAX, the ops edge-rl's networks use."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     graph = model.subgraphs[0]
     notes = []
     for i, op in enumerate(graph.operators or []):
-        builtin = _builtin(model, op)
+        code = builtin(model, op)
         if op.inputs is None or not len(op.inputs):
             continue
         shape = [int(d) for d in graph.tensors[int(op.inputs[0])].shape]
-        if builtin == _OP.MEAN and len(op.inputs) > 1 and shape:
+        if code == _OP.MEAN and len(op.inputs) > 1 and shape:
             axes = _constant(model, graph.tensors[int(op.inputs[1])])
             last = len(shape) - 1
             reduces_last = axes is not None and any(int(a) % len(shape) == last for a in axes)
@@ -166,7 +166,7 @@ def cpu_fallback_notes(model_bytes: bytes) -> list[str]:
                              f"{shape[-1]}; the Edge TPU maps such a reduction only when the "
                              "size is a multiple of 4, so the compiler may leave it and the "
                              "ops after it on the CPU")
-        elif builtin == _OP.SOFTMAX and int(np.prod(shape[1:] or [1])) > 16_000:
+        elif code == _OP.SOFTMAX and int(np.prod(shape[1:] or [1])) > 16_000:
             notes.append(f"operator SOFTMAX (op {i}) has more than 16,000 inputs, more than "
                          "the Edge TPU maps")
     return notes
@@ -174,21 +174,21 @@ def cpu_fallback_notes(model_bytes: bytes) -> list[str]:
 
 def op_names(model_bytes: bytes) -> list[str]:
     """The main graph's operators by name (builtin name, or a custom op's code), in order."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     return [op_name(model, op) for op in model.subgraphs[0].operators or []]
 
 
 def op_name(model: Any, op: Any) -> str:
     """An operator's builtin name, or a custom op's code."""
-    builtin = _builtin(model, op)
-    if builtin == _OP.CUSTOM:
-        return _text(model.operatorCodes[op.opcodeIndex].customCode) or "CUSTOM"
-    return OP_NAMES.get(builtin, f"builtin {builtin}")
+    code = builtin(model, op)
+    if code == _OP.CUSTOM:
+        return text(model.operatorCodes[op.opcodeIndex].customCode) or "CUSTOM"
+    return OP_NAMES.get(code, f"builtin {code}")
 
 
 def _tensor_label(model: Any, graph: Any, index: int, producers: dict[int, int]) -> str:
     """'tensor NAME', and the op that computes it, which is what the user can change."""
-    label = f"tensor {_text(graph.tensors[index].name)!r}"
+    label = f"tensor {text(graph.tensors[index].name)!r}"
     if index in producers:
         op = graph.operators[producers[index]]
         label += (f" (output of operator {op_name(model, op)} "
@@ -210,4 +210,4 @@ def _constant(model: Any, tensor: Any) -> np.ndarray | None:
 
 
 def _type_name(tensor_type: int) -> str:
-    return _TYPE_NAMES.get(tensor_type, f"type {tensor_type}")
+    return TYPE_NAMES.get(tensor_type, f"type {tensor_type}")

@@ -35,11 +35,14 @@ import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
-from edge_rl.converters.flatbuffer import asymmetric_int8, bounded_ranges
-from edge_rl.converters.flatbuffer import builtin as _builtin
-from edge_rl.converters.flatbuffer import read_model as _read_model
-from edge_rl.converters.flatbuffer import round_half_away as _round
-from edge_rl.converters.flatbuffer import text as _text
+from edge_rl.converters.flatbuffer import (
+    asymmetric_int8,
+    bounded_ranges,
+    builtin,
+    read_model,
+    round_half_away,
+    text,
+)
 from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert, input_scales
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.device.tflite_file import buffer_span, quantization_spans
@@ -116,11 +119,11 @@ class _Layout:
 
     def __init__(self, flat: bytes, dense_layers: list):
         self.flat = flat
-        self.model = _read_model(flat)
+        self.model = read_model(flat)
         self.graph = self.model.subgraphs[0]
         producer = {int(out): op for op in self.graph.operators for out in op.outputs}
         fc_ops = [op for op in self.graph.operators
-                  if _builtin(self.model, op) == _OP.FULLY_CONNECTED]
+                  if builtin(self.model, op) == _OP.FULLY_CONNECTED]
         if len(fc_ops) != len(dense_layers):
             raise NotPatchable(f"{len(fc_ops)} FULLY_CONNECTED ops for {len(dense_layers)} "
                                "Dense layers")
@@ -139,13 +142,13 @@ class _Layout:
         """The stored tensor behind op input `index`, through a DEQUANTIZE (fp16 weights)."""
         tensor = self.graph.tensors[index]
         op = producer.get(index)
-        if op is not None and _builtin(self.model, op) == _OP.DEQUANTIZE:
+        if op is not None and builtin(self.model, op) == _OP.DEQUANTIZE:
             index = int(op.inputs[0])
             tensor = self.graph.tensors[index]
         elif op is not None:
-            raise NotPatchable(f"tensor {_text(tensor.name)!r} is computed, not stored")
+            raise NotPatchable(f"tensor {text(tensor.name)!r} is computed, not stored")
         if tensor.type not in _STORED_DTYPES or not tensor.buffer:
-            raise NotPatchable(f"tensor {_text(tensor.name)!r} has no stored data we can write")
+            raise NotPatchable(f"tensor {text(tensor.name)!r} has no stored data we can write")
         scale_start, n_scale, _, _ = quantization_spans(self.flat, index)
         return _Stored(
             dtype=_STORED_DTYPES[tensor.type],
@@ -156,7 +159,7 @@ class _Layout:
 
     def _metadata_span(self) -> tuple[int, int]:
         for entry in self.model.metadata or []:
-            if _text(entry.name) == METADATA_NAME:
+            if text(entry.name) == METADATA_NAME:
                 return buffer_span(self.flat, int(entry.buffer))
         raise NotPatchable("the template has no edge-rl metadata")
 
@@ -238,7 +241,7 @@ class PolicyPatcher:
         plan: list[_Activation] = []
         k = 0
         for op in graph.operators:
-            code = _builtin(model, op)
+            code = builtin(model, op)
             out = int(op.outputs[0])
             if code == _OP.DEQUANTIZE:  # into the float output stage, or the output
                 continue
@@ -247,13 +250,13 @@ class PolicyPatcher:
             elif graph.tensors[out].type == _TYPE.FLOAT32:
                 # the float input layer or output stage: no int8 range; what it computes
                 # is the twin's same op
-                if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
+                if k >= len(twin_ops) or builtin(self.twin.model, twin_ops[k]) != code:
                     raise NotPatchable("the int8 and fp32 graphs differ op by op")
                 float_outputs[out] = int(twin_ops[k].outputs[0])
                 k += 1
                 continue
             else:
-                if k >= len(twin_ops) or _builtin(self.twin.model, twin_ops[k]) != code:
+                if k >= len(twin_ops) or builtin(self.twin.model, twin_ops[k]) != code:
                     raise NotPatchable("the int8 and fp32 graphs differ op by op")
                 twin_out = int(twin_ops[k].outputs[0])
                 k += 1
@@ -370,7 +373,7 @@ class PolicyPatcher:
                                       means[dense.input_tensor])
             bias_scale = (np.float64(params[dense.input_tensor][0])
                           * weight_scale.astype(np.float64))
-            q_bias = _round(bias / bias_scale).astype(np.int64)
+            q_bias = round_half_away(bias / bias_scale).astype(np.int64)
             q_bias = np.clip(q_bias, -(2**31) + 1, 2**31 - 1).astype(np.int32)
             _write(out, dense.weight.data, q_weight)
             _write(out, (dense.weight.scale[0], 4 * dense.weight.scale[1]),
@@ -446,7 +449,7 @@ def _same_range(graph: Any, tensor: int, other: int) -> bool:
 
 def _mean_as_int8(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     """Each unit's mean over the rows of `values` as an int8 tensor of that scale holds them."""
-    levels = np.clip(_round(values.astype(np.float64) / scale) + zero_point, -128, 127)
+    levels = np.clip(round_half_away(values.astype(np.float64) / scale) + zero_point, -128, 127)
     held = (levels - zero_point) * scale
     return held.reshape(-1, held.shape[-1]).mean(axis=0)
 
@@ -498,7 +501,7 @@ def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, 
         scale = np.array(np.abs(weights).max() / 127.0)
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
     shaped = scale.astype(np.float64).reshape(-1, 1) if per_channel else float(scale)
-    quantized = np.clip(_round(weights / shaped), -127, 127).astype(np.int8)
+    quantized = np.clip(round_half_away(weights / shaped), -127, 127).astype(np.int8)
     return quantized, scale
 
 
@@ -506,7 +509,7 @@ def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, 
 
 def _all_tensors_as_outputs(flat: bytes) -> bytes:
     """`flat` with every op's output made a graph output, so the interpreter keeps them all."""
-    model = _read_model(flat)
+    model = read_model(flat)
     graph = model.subgraphs[0]
     outputs = [int(i) for i in graph.outputs]
     outputs += sorted({int(t) for op in graph.operators for t in op.outputs} - set(outputs))

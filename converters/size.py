@@ -25,13 +25,13 @@ def fully_connected_weights(model: bytes) -> list[tuple[np.ndarray, int]]:
     first layer is float32) and its count of bias values and scales, from a policy file."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    from edge_rl.converters.tflite import _builtin, _read_model
+    from edge_rl.converters.flatbuffer import builtin, read_model
 
-    tflite = _read_model(model)
+    tflite = read_model(model)
     graph = tflite.subgraphs[0]
     found = []
     for op in graph.operators:
-        if _builtin(tflite, op) != schema.BuiltinOperator.FULLY_CONNECTED:
+        if builtin(tflite, op) != schema.BuiltinOperator.FULLY_CONNECTED:
             continue
         tensor = graph.tensors[int(op.inputs[1])]
         data = tflite.buffers[tensor.buffer].data

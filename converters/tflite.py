@@ -64,18 +64,18 @@ from tensorflow.lite.python import schema_py_generated as schema
 from tensorflow.lite.tools import flatbuffer_utils
 
 from edge_rl.config import EXPORT_PRECISIONS as PRECISIONS  # what a policy file can be
-from edge_rl.converters.flatbuffer import TYPE_NAMES as _TYPE_NAMES
 from edge_rl.converters.flatbuffer import (
+    TYPE_NAMES,
     bounded_ranges,
+    builtin,
     float_input_layer,
     float_output_stage,
+    has_data,
     narrow_outputs_first,
+    read_model,
     set_ranges,
+    text,
 )
-from edge_rl.converters.flatbuffer import builtin as _builtin
-from edge_rl.converters.flatbuffer import has_data as _has_data
-from edge_rl.converters.flatbuffer import read_model as _read_model
-from edge_rl.converters.flatbuffer import text as _text
 from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.outputs import output_count
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
@@ -190,7 +190,7 @@ def convert(
         if output_count(metadata.output) == 2:
             flat = narrow_outputs_first(flat)
         if precision in INTEGER_PRECISIONS:
-            flat = set_ranges(flat, bounded_ranges(_read_model(flat)))
+            flat = set_ranges(flat, bounded_ranges(read_model(flat)))
         if precision == "int8" and first is not None:
             flat = float_input_layer(flat, *_kernel_and_bias(first))
         if precision == "int8" and (last := output_layer(model)) is not None:
@@ -306,11 +306,11 @@ def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata, spare_bytes: i
     `spare_bytes` pads the JSON with trailing spaces, room for later versions of it to be
     written in place (see edge_rl.converters.patch).
     """
-    model = _read_model(model_bytes)
-    text = metadata.to_json() + b" " * spare_bytes
-    data = np.frombuffer(text, dtype=np.uint8).copy()
+    model = read_model(model_bytes)
+    document = metadata.to_json() + b" " * spare_bytes
+    data = np.frombuffer(document, dtype=np.uint8).copy()
     entries = list(model.metadata or [])
-    ours = [m for m in entries if _text(m.name) == METADATA_NAME]
+    ours = [m for m in entries if text(m.name) == METADATA_NAME]
     if ours and metadata.input_scale is None:
         stored = model.buffers[ours[0].buffer].data
         old = b"" if stored is None else bytes(stored)
@@ -337,12 +337,12 @@ def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata, spare_bytes: i
 
 def constant_tensors(model_bytes: bytes) -> dict[str, str]:
     """Name -> numpy dtype name of every tensor with stored data in the main subgraph."""
-    model = _read_model(model_bytes)
+    model = read_model(model_bytes)
     graph = model.subgraphs[0]
     return {
-        _text(t.name): _TYPE_NAMES.get(t.type, str(t.type))
+        text(t.name): TYPE_NAMES.get(t.type, str(t.type))
         for t in graph.tensors
-        if _has_data(model, t)
+        if has_data(model, t)
     }
 
 
@@ -355,13 +355,13 @@ def weight_dtypes(model_bytes: bytes) -> set[str]:
     int8 models), nor are other constants such as reduction axes. A model without such ops
     reports all its stored tensors of rank >= 2.
     """
-    weights, _ = _weights_and_biases(_read_model(model_bytes))
+    weights, _ = _weights_and_biases(read_model(model_bytes))
     return weights
 
 
 def bias_dtypes(model_bytes: bytes) -> set[str]:
     """Numpy dtype names of the stored bias tensors (int32 in an int8 model)."""
-    _, biases = _weights_and_biases(_read_model(model_bytes))
+    _, biases = _weights_and_biases(read_model(model_bytes))
     return biases
 
 
@@ -373,10 +373,10 @@ def _weights_and_biases(model: Any) -> tuple[set[str], set[str]]:
         """The stored tensor behind input `index`, or None when it is computed."""
         while index >= 0:
             tensor = graph.tensors[index]
-            if _has_data(model, tensor):
+            if has_data(model, tensor):
                 return tensor
             op = producer.get(index)
-            if op is None or _builtin(model, op) not in _UNPACK_OPS or not len(op.inputs):
+            if op is None or builtin(model, op) not in _UNPACK_OPS or not len(op.inputs):
                 return None
             index = int(op.inputs[0])
         return None
@@ -384,18 +384,18 @@ def _weights_and_biases(model: Any) -> tuple[set[str], set[str]]:
     weights: set[str] = set()
     biases: set[str] = set()
     for op in graph.operators:
-        slots = _WEIGHT_OPS.get(_builtin(model, op))
+        slots = _WEIGHT_OPS.get(builtin(model, op))
         if slots is None:
             continue
         inputs = [int(i) for i in op.inputs]
         for slot, found in zip(slots, (weights, biases), strict=True):
             if slot is not None and slot < len(inputs) and (tensor := stored(inputs[slot])):
-                found.add(_TYPE_NAMES.get(tensor.type, str(tensor.type)))
+                found.add(TYPE_NAMES.get(tensor.type, str(tensor.type)))
     if not weights:
         weights = {
-            _TYPE_NAMES.get(t.type, str(t.type))
+            TYPE_NAMES.get(t.type, str(t.type))
             for t in graph.tensors
-            if _has_data(model, t) and t.shape is not None and len(t.shape) >= 2
+            if has_data(model, t) and t.shape is not None and len(t.shape) >= 2
         }
     return weights, biases
 
