@@ -7,15 +7,8 @@ Importing this package imports TensorFlow (legacy Keras, see edge_rl.tf_setup); 
 package (edge_rl.device) never does.
 """
 
-from edge_rl.converters.tflite import (
-    PRECISIONS,
-    attach_metadata,
-    bias_dtypes,
-    calibration_rows,
-    constant_tensors,
-    convert,
-    weight_dtypes,
-)
+from edge_rl.converters.contents import bias_dtypes, constant_tensors, weight_dtypes
+from edge_rl.converters.tflite import PRECISIONS, attach_metadata, calibration_rows, convert
 from edge_rl.converters.verify import compare_policies, verification_report
 
 __all__ = [
