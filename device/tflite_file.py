@@ -6,6 +6,10 @@ not verify (tflite-runtime segfaults on truncated files) sees it. `read_metadata
 finds the model's metadata table; `output_quantization` reads an int8 policy's output step;
 `custom_op_names` lists custom operators (an Edge TPU-compiled model has one);
 `buffer_span` and `quantization_spans` say where numbers lie, for patching them in place.
+
+One module past ~400 lines, on purpose: the verifier and the readers share the schema's
+field indices and one bounds-checked reader, which would otherwise be private names imported
+across modules.
 """
 
 from __future__ import annotations
