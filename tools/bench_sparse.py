@@ -278,8 +278,11 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
             f"{parameters(summary) / dense_params:.3f} | "
             f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
             f"{summary['networks']['inference_flops'] / dense_infer:.3f} | "
-            f"{plain / 1024:.1f} KiB | {stored} |")
+            f"{f'{plain / 1024:.1f} KiB' if plain else 'refused'} | {stored} |")
     lines.append("")
+    if any(not file_sizes(row.runs[0].run_dir)[0] for row in rows):
+        lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
+                  "see the run's log), so none was written.", ""]
     return lines + compression_table(rows, dense) + [""]
 
 
