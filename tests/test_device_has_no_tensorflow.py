@@ -121,7 +121,7 @@ def tensorflow_chain(module: str, seen: dict[str, list[str] | None]) -> list[str
 
 def test_no_device_module_imports_tensorflow_even_inside_a_function():
     """Every import under device/, lazy ones included: of a TensorFlow module, or of an edge_rl
-    module whose import loads TensorFlow (edge_rl.tf_policy, edge_rl.learner, ...)."""
+    module whose import loads TensorFlow (edge_rl.tf_policy, edge_rl.loop.learner, ...)."""
     seen: dict[str, list[str] | None] = {}
     offenders = []
     for path in sorted((ROOT / "device").rglob("*.py")):
@@ -137,7 +137,7 @@ def test_no_device_module_imports_tensorflow_even_inside_a_function():
 
 def test_the_scan_sees_tensorflow_behind_edge_rl_modules():
     seen: dict[str, list[str] | None] = {}
-    for module in ("edge_rl.tf_policy", "edge_rl.learner", "edge_rl.converters"):
+    for module in ("edge_rl.tf_policy", "edge_rl.loop.learner", "edge_rl.converters"):
         chain = tensorflow_chain(module, seen)
         assert chain and chain[-1].split(".")[0] in TF_MODULES, module
     assert tensorflow_chain("edge_rl.core", seen) is None

@@ -27,16 +27,7 @@ from tqdm import tqdm
 from edge_rl import core
 from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import check_action_space, resolve_defaults
-from edge_rl.best_policy import (
-    HOLDOUT_SIZE,
-    RECENT_ROWS,
-    calibration_observations,
-    random_observations,
-    save_best_policy,
-)
-from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_json
 from edge_rl.config import TF_BASELINE, TrainConfig
-from edge_rl.costs import RunCosts
 from edge_rl.device.accounting import seconds_since_process_start
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
@@ -44,14 +35,23 @@ from edge_rl.device.evaluate import EvalResult, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.device.policy_file import pack_policy
 from edge_rl.device.wire import BatchCosts
-from edge_rl.evolution import Evolution, next_multiple
-from edge_rl.ingest import Ingest
-from edge_rl.local_actors import LocalActors
-from edge_rl.replay import Replay
-from edge_rl.run_state import RunState, load_checkpoint, record_policy_version, save_checkpoint
-from edge_rl.server import LearnerService, RunInfo, start_server
-from edge_rl.stability import late_run_stability
-from edge_rl.summary import run_summary
+from edge_rl.loop.evolution import Evolution, next_multiple
+from edge_rl.loop.local_actors import LocalActors
+from edge_rl.replay.buffer import Replay
+from edge_rl.runs.best_policy import (
+    HOLDOUT_SIZE,
+    RECENT_ROWS,
+    calibration_observations,
+    random_observations,
+    save_best_policy,
+)
+from edge_rl.runs.checkpoint import latest_checkpoint, write_bytes, write_json
+from edge_rl.runs.costs import RunCosts
+from edge_rl.runs.run_state import RunState, load_checkpoint, record_policy_version, save_checkpoint
+from edge_rl.runs.stability import late_run_stability
+from edge_rl.runs.summary import run_summary
+from edge_rl.transport.ingest import Ingest
+from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Training:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config.save(self.run_dir / "config.json")
 
-        from edge_rl.learner import Learner  # imports TensorFlow
+        from edge_rl.loop.learner import Learner  # imports TensorFlow
         from edge_rl.tf_setup import tf
 
         tf.keras.utils.set_random_seed(config.seed)  # python, numpy and TF (Keras initializers)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_rl.stability import late_run_stability
+from edge_rl.runs.stability import late_run_stability
 
 if TYPE_CHECKING:
-    from edge_rl.train import Training
+    from edge_rl.loop.train import Training
 
 
 def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
         "policy_bytes": len(training.exchange.policy[1]) if training.exchange.policy else None,
         "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}
                         for e in training.state.evaluations],
-        # whether the policy, once at its best, stayed there (edge_rl.stability)
+        # whether the policy, once at its best, stayed there (edge_rl.runs.stability)
         "stability": late_run_stability([e["mean"] for e in training.state.evaluations]),
         "ingest": {
             "batches_per_actor": {a: training.exchange.ledger.count(a)
