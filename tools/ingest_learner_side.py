@@ -72,7 +72,7 @@ class LearnerSide:
         self.training.exchange.stop_taking()
         self.server.stop(grace=1.0)
         self.noop_server.stop(grace=1.0)
-        self.training.writer.close()
+        self.training.board.close()
         self.training.ingest.close()
         self.tmp.cleanup()
 
