@@ -1,6 +1,9 @@
 """The learner's loop: what `edge-rl train` and `edge-rl learner` run, and `edge-rl export`.
 
-    train         Training: batches into replay, updates, publishing, evaluation, checkpoints
+    train         Training: batches into replay, updates, acks, checkpoints; and with
+    publishing    Publisher: the actors' next policy version, checked against fp32
+    evaluation    Evaluation: greedy evaluations, the best policy kept
+    progress      RunClock, Board (TensorBoard), Progress (the bar and the rates)
     learner       the TF-Agents learner behind core.Learner: updates, publishing, saving
     evolution     what changes on the schedule besides the weights (n-step, replay, topology)
     local_actors  the `edge-rl actor` processes a run starts on loopback
