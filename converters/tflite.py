@@ -39,7 +39,7 @@ to the layer's output.
 
 Ranges fixed by mathematics are never taken from data (`bounded_ranges`): a TANH's input
 and the scaling of its output to the action bounds. All other activations are calibrated on
-the rows given: give many and varied ones (see edge_rl.best_policy).
+the rows given: give many and varied ones (see edge_rl.runs.best_policy).
 
 "edgetpu" is int8 made for Coral's Edge TPU (see edge_rl.converters.edgetpu): int8 input and
 output too (no float QUANTIZE/DEQUANTIZE at the boundary: the device quantizes observations

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 DEFAULT_CPU_WATTS = 10.0
 ACTOR_PARTS = ("inference", "env", "transport")  # an actor's loop, as its batches report it
 LEARNER_PARTS = ("updates", "publishing", "evaluation", "checkpoints", "ingest",
-                 "waiting_for_actors", "topology")  # the learner's loop (edge_rl.train)
+                 "waiting_for_actors", "topology")  # the learner's loop (edge_rl.loop.train)
 
 
 def cpu_method(watts_per_core: float) -> str:

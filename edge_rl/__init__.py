@@ -26,6 +26,6 @@ __all__ = ["TrainConfig", "train", "__version__"]
 
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train with `config` (learner + local actor processes); returns the run's summary."""
-    from edge_rl.train import run_training
+    from edge_rl.loop.train import run_training
 
     return run_training(config)

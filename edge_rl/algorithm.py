@@ -17,7 +17,7 @@ from edge_rl.config import TF_BASELINE, TrainConfig
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.observations import ObservationSpec
-from edge_rl.rlx2 import OLDEST
+from edge_rl.replay.rlx2 import OLDEST
 
 
 @dataclass

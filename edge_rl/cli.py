@@ -61,7 +61,7 @@ def report_summary(summary: dict) -> None:
 @click.pass_context
 def train(ctx: click.Context, resume: bool, config_file: str | None, **flags) -> None:
     """Train a policy: a TF-Agents learner with actors exploring over gRPC."""
-    from edge_rl.train import run_training
+    from edge_rl.loop.train import run_training
 
     config = run_config(resume, config_file, flags, ctx.args)
     report_summary(run_training(config, resume=resume))
@@ -98,7 +98,7 @@ def algorithms(names: tuple[str, ...]) -> None:
 @click.pass_context
 def learner(ctx: click.Context, resume: bool, config_file: str | None, **flags) -> None:
     """Run a learner that waits for actors on other machines (`edge-rl actor`)."""
-    from edge_rl.train import run_training
+    from edge_rl.loop.train import run_training
 
     if flags.get("actors") is None and not resume and not config_file:
         flags["actors"] = 0  # the fleet brings the actors; --actors N adds local ones
@@ -106,7 +106,7 @@ def learner(ctx: click.Context, resume: bool, config_file: str | None, **flags) 
     if config.port == 0:
         raise UserError("a learner needs a fixed --port for its actors to find it")
     if config.token_file:
-        from edge_rl.server import accepted_tokens
+        from edge_rl.transport.server import accepted_tokens
 
         accepted_tokens(config.token_file)  # a bad token file fails now, not after TF loads
     report_summary(run_training(config, resume=resume))
@@ -137,7 +137,7 @@ def export(run_dir: str, precision: str | None, output: str | None, verify_episo
     The file is checked against fp32 of the same weights (greedy actions on the run's newest
     observations and on fp32's greedy episodes, and greedy returns) and refused, exit code 1
     and nothing written, when it falls outside the tolerances (README: export)."""
-    from edge_rl.export import export_run
+    from edge_rl.loop.export import export_run
 
     report = export_run(Path(run_dir), precision or "int8", output, verify_episodes, force)
     for line in report:
@@ -267,7 +267,7 @@ def report(run_dirs: tuple[str, ...], out_dir: str, threshold: float | None,
            baseline: str | None) -> None:
     """Compare finished runs: return against time and env steps (PNG) and a markdown table
     of time to threshold, speed-up, final score, energy, CO2 and where the time went."""
-    from edge_rl.report import build_report
+    from edge_rl.analysis.report import build_report
 
     written = build_report([Path(d) for d in run_dirs], Path(out_dir), threshold=threshold,
                            baseline=baseline)

@@ -1,10 +1,10 @@
 """The interfaces the training loop and the actors are written against (in the spirit of Acme's
 core.py). Each is small; the classes named beside them implement it, and the loop
-(edge_rl.train.Training, device.actor.Actor) holds them by these types.
+(edge_rl.loop.train.Training, device.actor.Actor) holds them by these types.
 
-    Learner         train, publish, save/restore          edge_rl.learner.Learner
-    ReplayBuffer    insert, sample, len                   edge_rl.replay.Replay
-    PolicyExchange  policies out, actors' batches in      edge_rl.exchange.Exchange
+    Learner         train, publish, save/restore          edge_rl.loop.learner.Learner
+    ReplayBuffer    insert, sample, len                   edge_rl.replay.buffer.Replay
+    PolicyExchange  policies out, actors' batches in      edge_rl.transport.exchange.Exchange
     ActorPolicy     network outputs, greedy actions       edge_rl.device.Policy (LiteRT),
                                                           edge_rl.tf_policy.TFAgentsPolicy
     Worker          run until told to stop                edge_rl.device.actor.Actor
@@ -104,7 +104,7 @@ class PolicyExchange(ABC):
 
     progress: dict[str, int]  # the run's env steps and updates, as actors are told them
     actors: dict[str, Any]  # actor id -> its record (host, incarnation, last heard)
-    ledger: Any  # the (actor, seq) pairs acked so far (edge_rl.exchange.Ledger)
+    ledger: Any  # the (actor, seq) pairs acked so far (edge_rl.transport.exchange.Ledger)
 
     @abstractmethod
     def put_policy(self, version: int, model: bytes) -> None:

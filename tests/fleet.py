@@ -14,7 +14,7 @@ from conftest import EDGE_RL
 
 from edge_rl.device.client import status_if_up
 from edge_rl.device.spool import read_acked
-from edge_rl.exchange import Ledger
+from edge_rl.transport.exchange import Ledger
 
 
 def free_port() -> int:

@@ -12,10 +12,10 @@ import time
 from edge_rl.converters import attach_metadata
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.policy_file import read_policy_metadata
-from edge_rl.exchange import Exchange
-from edge_rl.local_actors import LocalActors
-from edge_rl.replay_log import ReplayLog
-from edge_rl.server import LearnerService, RunInfo, start_server
+from edge_rl.loop.local_actors import LocalActors
+from edge_rl.transport.exchange import Exchange
+from edge_rl.transport.replay_log import ReplayLog
+from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
 SLOW_DOWNLOAD_SECONDS = 2.0
 

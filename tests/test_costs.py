@@ -1,15 +1,15 @@
-"""Energy, carbon and time accounting (edge_rl.costs, edge_rl.device.accounting)."""
+"""Energy, carbon and time accounting (edge_rl.runs.costs, edge_rl.device.accounting)."""
 
 import time
 
 import pytest
 from test_wire import transitions
 
-from edge_rl.costs import RunCosts, carbon_intensity
 from edge_rl.device import wire_pb2
 from edge_rl.device.accounting import ProcessEnergy, TimeSplit
 from edge_rl.device.errors import UserError
 from edge_rl.device.wire import BatchCosts, BatchError, batch_costs, encode_batch
+from edge_rl.runs.costs import RunCosts, carbon_intensity
 
 
 def encoded(costs):

@@ -30,7 +30,7 @@ def learner(**config_options):
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
-    from edge_rl.learner import Learner
+    from edge_rl.loop.learner import Learner
     from edge_rl.tf_setup import tf
 
     tf.keras.utils.set_random_seed(0)
@@ -95,8 +95,8 @@ def test_terminal_and_truncated_transitions():
 
 def test_nstep_distributional_target_from_the_replay():
     from edge_rl.device.wire import Transitions
-    from edge_rl.learner import to_experience
-    from edge_rl.replay import Replay
+    from edge_rl.loop.learner import to_experience
+    from edge_rl.replay.buffer import Replay
 
     gamma = 0.5
     replay = Replay(100, (3,), (1,), "float32", gamma=gamma, nstep=3, seed=0)
@@ -128,7 +128,7 @@ def test_critic_loss_falls_on_a_fixed_batch_and_actions_stay_in_bounds(terminal)
     from test_sparse import random_batch
 
     from edge_rl.agents.d4pg import project_onto_support
-    from edge_rl.learner import to_experience
+    from edge_rl.loop.learner import to_experience
     from edge_rl.tf_setup import tf
 
     run = learner(learning_rate=1e-3, algo_options={"v_min": -10.0, "v_max": 10.0})
@@ -174,7 +174,7 @@ def test_critic_loss_falls_on_a_fixed_batch_and_actions_stay_in_bounds(terminal)
 def test_builds_sparse_exports_the_actor_and_checkpoints(tmp_path):
     from test_sparse import masks_and_kernels, random_batch
 
-    from edge_rl.learner import to_experience
+    from edge_rl.loop.learner import to_experience
 
     run = learner(sparsity=0.8)
     assert run.config.is_sparse and run.topology is not None

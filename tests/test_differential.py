@@ -73,10 +73,10 @@ class Exports:
         return self.runs[case]
 
     def exporter(self, case: str):
-        """The case's RunExport (edge_rl.export): what `edge-rl export` does, one precision
+        """The case's RunExport (edge_rl.loop.export): what `edge-rl export` does, one precision
         after another on one loaded network."""
         if case not in self.exporters:
-            from edge_rl.export import RunExport
+            from edge_rl.loop.export import RunExport
 
             self.exporters[case] = RunExport(self.run(case), verify_episodes=2)
         return self.exporters[case]

@@ -54,9 +54,9 @@ def test_d4pg_on_the_control_suite_resumes_exports_evaluates_and_reports(tmp_pat
     restores the same weights; its export and the device runtime's eval work on it. Lockstep,
     so no batch arrives after the last update: the int8 policy is calibrated on the replay's
     observations, and one more batch there would change it."""
+    from edge_rl.analysis.report import build_report, env_filename
     from edge_rl.config import TrainConfig
-    from edge_rl.report import build_report, env_filename
-    from edge_rl.train import Training
+    from edge_rl.loop.train import Training
 
     out = tmp_path / "run"
     first = train(out, "--algo", "d4pg", "--env", CARTPOLE, "--lockstep", "--steps", "3000",

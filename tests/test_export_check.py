@@ -8,7 +8,6 @@ from conftest import edge_rl
 
 from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import resolve_defaults
-from edge_rl.best_policy import random_observations
 from edge_rl.config import TrainConfig
 from edge_rl.converters.verify import (
     MAX_MEAN_ACTION_ERROR,
@@ -16,6 +15,7 @@ from edge_rl.converters.verify import (
     tolerance_failures,
 )
 from edge_rl.device.envs import describe_env
+from edge_rl.runs.best_policy import random_observations
 
 
 def test_return_gap_allows_ten_percent_or_two_standard_errors():
@@ -43,7 +43,7 @@ def make_run(folder: Path, wreck_int8: bool) -> Path:
     weights, a published policy and observations), its actor random. `wreck_int8` gives one
     unit of the second hidden layer a huge output that the next layer ignores: fp32 acts as
     before, but that unit sets the layer's int8 range and every other unit rounds to zero."""
-    from edge_rl.learner import Learner
+    from edge_rl.loop.learner import Learner
 
     env = "Pendulum-v1"
     config = TrainConfig(env=env, algo="td3", hidden=(32, 32), out=str(folder), seed=0)

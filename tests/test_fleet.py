@@ -23,7 +23,7 @@ from fleet import (
 
 from edge_rl.device import wire_pb2, wire_pb2_grpc
 from edge_rl.device.client import LearnerClient
-from edge_rl.replay_log import read_records
+from edge_rl.transport.replay_log import read_records
 
 pytestmark = pytest.mark.slow
 

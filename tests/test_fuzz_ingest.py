@@ -14,7 +14,7 @@ from fleet import final_ledger, free_port, start, status, stop, wait_for, write_
 from edge_rl.device import wire_pb2
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.wire import PROTOCOL_VERSION, Transitions, encode_batch, to_tensor
-from edge_rl.replay_log import read_records
+from edge_rl.transport.replay_log import read_records
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import EDGE_RL
 
-from edge_rl.checkpoint import latest_checkpoint
 from edge_rl.device.accounting import DEFAULT_CPU_WATTS, cpu_method
+from edge_rl.runs.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 

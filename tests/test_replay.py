@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from edge_rl.device.wire import Transitions
-from edge_rl.replay import Replay
+from edge_rl.replay.buffer import Replay
 
 GAMMA = 0.5
 

@@ -3,7 +3,7 @@
 import os
 import threading
 
-from edge_rl.replay_log import HEADER, ReplayLog, read_records, segments
+from edge_rl.transport.replay_log import HEADER, ReplayLog, read_records, segments
 
 
 def test_records_come_back_in_order_from_any_position(tmp_path):

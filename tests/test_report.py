@@ -1,4 +1,4 @@
-"""edge_rl.report on hand-written run directories: no TensorFlow, no training."""
+"""edge_rl.analysis.report on hand-written run directories: no TensorFlow, no training."""
 
 import json
 import subprocess
@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from edge_rl.compare import default_threshold, final_score_difference, time_to_threshold
+from edge_rl.analysis.compare import default_threshold, final_score_difference, time_to_threshold
+from edge_rl.analysis.report import build_report, env_filename
 from edge_rl.device.errors import UserError
-from edge_rl.report import build_report, env_filename
 
 INTENSITY = 439.8  # g CO2 per kWh, as codecarbon's world average
 
@@ -289,7 +289,7 @@ def test_no_runs_or_no_evaluations_are_user_errors(tmp_path):
 
 
 def test_importing_the_report_imports_neither_matplotlib_nor_tensorflow():
-    code = ("import sys, edge_rl.report; "
+    code = ("import sys, edge_rl.analysis.report; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('matplotlib', 'tensorflow', 'tf_agents')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -6,8 +6,8 @@ from test_replay import batch, sample_all
 
 from edge_rl.config import TrainConfig
 from edge_rl.device.wire import Transitions
-from edge_rl.replay import Replay
-from edge_rl.rlx2 import OLDEST, check_buffer, nstep_now, policy_distance
+from edge_rl.replay.buffer import Replay
+from edge_rl.replay.rlx2 import OLDEST, check_buffer, nstep_now, policy_distance
 
 GAMMA = 0.5
 

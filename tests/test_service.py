@@ -19,9 +19,9 @@ from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.link import Link
 from edge_rl.device.spool import Spool, read_acked
 from edge_rl.device.wire import POLICY_CHUNK_BYTES, PROTOCOL_VERSION, BatchCosts, encode_batch
-from edge_rl.exchange import Exchange, LearnerStopping, Ledger, PendingBatch
-from edge_rl.replay_log import ReplayLog
-from edge_rl.server import LearnerService, RunInfo, start_server
+from edge_rl.transport.exchange import Exchange, LearnerStopping, Ledger, PendingBatch
+from edge_rl.transport.replay_log import ReplayLog
+from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
 
 @pytest.fixture

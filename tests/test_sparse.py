@@ -47,7 +47,7 @@ def learner_for(algo, specs, **options):
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
-    from edge_rl.learner import Learner
+    from edge_rl.loop.learner import Learner
     from edge_rl.tf_setup import tf
 
     tf.keras.utils.set_random_seed(0)
@@ -144,7 +144,7 @@ def test_rigl_grows_where_the_gradient_is_largest():
     learner = learner_for("td3", specs, sparsity=0.9)
     batch = random_batch(specs, learner.config.batch_size)
     learner.train(random_batch(specs, 5 * learner.config.batch_size), 5)
-    from edge_rl.learner import to_experience
+    from edge_rl.loop.learner import to_experience
 
     gradients = kernel_gradients(learner.topology, learner.built.losses(to_experience(batch)))
     before = {x.name: masks_and_kernels(x)[0][1].ravel().copy() for x in learner.topology.layers}

@@ -1,8 +1,8 @@
-"""Late-run stability (edge_rl.stability): what the report, summary and TensorBoard show."""
+"""Late-run stability (edge_rl.runs.stability): what the report, summary and TensorBoard show."""
 
 import pytest
 
-from edge_rl.stability import late_run_stability
+from edge_rl.runs.stability import late_run_stability
 
 
 def test_a_run_that_stays_at_its_best_is_stable():

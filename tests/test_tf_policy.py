@@ -12,7 +12,7 @@ from edge_rl.config import TrainConfig
 from edge_rl.device import PolicyFileError
 from edge_rl.device.envs import describe_env
 from edge_rl.device.policy import Policy, load_published
-from edge_rl.learner import Learner
+from edge_rl.loop.learner import Learner
 from edge_rl.tf_policy import TFAgentsPolicy, unpack_saved_policy
 from edge_rl.tf_setup import tf
 

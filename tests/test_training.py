@@ -115,7 +115,7 @@ def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_
 
 def test_resume_restores_steps_weights_and_policy_version(tmp_path):
     from edge_rl.config import TrainConfig
-    from edge_rl.train import Training
+    from edge_rl.loop.train import Training
 
     out = tmp_path / "run"
     first = train(out, "--lockstep", "--steps", "3000", "--eval-every", "5000",

@@ -7,6 +7,7 @@ committed gRPC stubs (grpcio-tools 1.62) import beyond TF's protobuf 4.25.
 
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def test_wheel_installs_and_runs_with_the_base_install_only(tmp_path):
     code = (
         "import importlib.util, google.protobuf, edge_rl, edge_rl.device\n"
         "from edge_rl.device import wire_pb2, wire_pb2_grpc, actor, evaluate, runtime\n"
+        # the subpackages that need no TensorFlow, as a board's or a report's user has them
+        "import edge_rl.transport.server, edge_rl.replay.buffer, edge_rl.runs.summary\n"
+        "import edge_rl.analysis.report\n"
         "assert importlib.util.find_spec('tensorflow') is None\n"
         f"assert edge_rl.device.__file__.startswith({str(env_dir)!r})\n"
         "print(google.protobuf.__version__, runtime.load_runtime())\n"
@@ -46,3 +50,13 @@ def test_wheel_installs_and_runs_with_the_base_install_only(tmp_path):
     assert "ai_edge_litert" in out
     help_text = run([str(env_dir / "bin" / "edge-rl"), "--help"], away)
     assert "train" in help_text and "actor" in help_text
+
+
+def test_pyproject_lists_every_package():
+    """setuptools takes the packages pyproject.toml lists, no others: a subpackage missing
+    there works in an editable install and is absent from the wheel CI installs."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join((package, *init.parent.relative_to(ROOT / folder).parts))
+             for package, folder in setuptools["package-dir"].items()  # edge_rl, device, ...
+             for init in (ROOT / folder).rglob("__init__.py")}
+    assert sorted(setuptools["packages"]) == sorted(found)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from edge_rl.report import markdown_table
+from edge_rl.analysis.report import markdown_table
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:

@@ -4,7 +4,7 @@
                                  [--actors 4] [--window 8] [--seconds 5] [--rounds 3]
                                  [--streamer-cpus CPU...] [--json PATH] [--quick]
 
-The learner side is an edge_rl.train.Training in this process: TD3 on HalfCheetah-v5 with its
+The learner side is an edge_rl.loop.train.Training in this process: TD3 on HalfCheetah-v5 with its
 default config (its Learner, Replay, an Ingest whose ReplayLog lives in a temp dir, and its
 LearnerService, served on 127.0.0.1), without its loop, actors, evaluations or checkpoints.
 --actors streamer processes (tools/ingest_streamer.py: fresh interpreters that import only
@@ -19,7 +19,7 @@ so that other load on the machine falls on every phase alike):
   2. ingest alone, per batch size: the learner loop only takes batches into replay and lets
      their acks go at once. An Insert is answered only once its record is fsync'd, so acked
      transitions/s is durable transitions/s; with fsyncs/s and MB/s written to the log;
-  3. both, per batch size: the loop of edge_rl.train (take batches, run a chunk of 50
+  3. both, per batch size: the loop of edge_rl.loop.train (take batches, run a chunk of 50
      updates, let acks go) while the streamers stream: updates/s, transitions/s, and the
      learner's loss against the learner-alone run just before it;
   4. both, with the streamers paced to --paced total transitions/s (a fleet slower than
@@ -52,7 +52,7 @@ import numpy as np
 from bench_common import cpu_model, table  # tools/, on the path as the script's folder
 from ingest_learner_side import PREFILL, LearnerSide, build_learner_side, time_stages
 
-from edge_rl.train import UPDATES_PER_CHUNK
+from edge_rl.loop.train import UPDATES_PER_CHUNK
 
 log = logging.getLogger("bench_ingest")
 
@@ -164,7 +164,7 @@ class Phase:
 
 
 class Loop:
-    """The learner's loop of edge_rl.train, reduced to what ingest touches."""
+    """The learner's loop of edge_rl.loop.train, reduced to what ingest touches."""
 
     def __init__(self, side: LearnerSide):
         self.side = side
@@ -182,7 +182,7 @@ class Loop:
 
     def step(self, train: bool) -> None:
         """One pass: take what has arrived; acks go at once (this measures throughput, not
-        edge_rl.train's flow control, which holds them while the learner trails); then a
+        edge_rl.loop.train's flow control, which holds them while the learner trails); then a
         chunk of updates if training. Batches arriving during a chunk wait for its end."""
         ingest = self.training.ingest
         for pending in ingest.take(block=not train):

@@ -24,7 +24,7 @@ Prints markdown tables of:
      way), edge-rl's in-graph chunk of updates on pre-built batches, the learner's hot path
      (replay sampling with n-step assembly + host-to-tensor copies + the chunk), and the hot
      path with a policy published every 1000 updates (patched, and converted in full);
-  5. `edge-rl train`-like runs (edge_rl.train.run_training, one actor process) reporting the
+  5. `edge-rl train`-like runs (edge_rl.loop.train.run_training, one actor process) reporting the
      learner's updates/s with actors attached.
 Variants are interleaved in rounds so that other load falls on all of them alike. --quick
 runs every part once, tiny (256x256 only, the DQN learner only): a check that it all runs.
@@ -70,12 +70,12 @@ from edge_rl.device.policy import load_published
 from edge_rl.device.runtime import load_runtime
 from edge_rl.device.spool import Spool
 from edge_rl.device.wire import Transitions
-from edge_rl.ingest import Ingest
-from edge_rl.learner import Learner, to_trajectory
-from edge_rl.local_actors import LocalActors
-from edge_rl.replay import Replay
-from edge_rl.server import LearnerService, RunInfo, start_server
-from edge_rl.train import UPDATES_PER_CHUNK, run_training
+from edge_rl.loop.learner import Learner, to_trajectory
+from edge_rl.loop.local_actors import LocalActors
+from edge_rl.loop.train import UPDATES_PER_CHUNK, run_training
+from edge_rl.replay.buffer import Replay
+from edge_rl.transport.ingest import Ingest
+from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
 ENV_ID = "HalfCheetah-v5"
 OBSERVATION, ACTION = describe_env(ENV_ID)

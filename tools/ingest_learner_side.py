@@ -1,4 +1,4 @@
-"""The learner side of tools/bench_ingest.py: an edge_rl.train.Training (its learner, replay,
+"""The learner side of tools/bench_ingest.py: an edge_rl.loop.train.Training (its learner, replay,
 ingest and gRPC service; the loop is the benchmark's own) served on 127.0.0.1, plus the no-op
 Insert server of the transport-only phase and the timing of the Insert handler's stages one
 batch at a time. Imported by bench_ingest.py only: the streamers (tools/ingest_streamer.py)
@@ -24,7 +24,7 @@ from edge_rl.device import wire_pb2
 if TYPE_CHECKING:  # names for the type hints only
     import grpc
 
-    from edge_rl.train import Training
+    from edge_rl.loop.train import Training
 
 ENV_ID = "HalfCheetah-v5"
 PREFILL = 50_000  # transitions in replay before the learner is timed
@@ -57,7 +57,7 @@ class TimedInsert:
 
 @dataclass
 class LearnerSide:
-    """An edge_rl.train.Training serving on 127.0.0.1, without its actors, evaluations or
+    """An edge_rl.loop.train.Training serving on 127.0.0.1, without its actors, evaluations or
     checkpoints, and the benchmark's pieces around it."""
 
     training: Training
@@ -72,7 +72,7 @@ class LearnerSide:
         self.training.exchange.stop_taking()
         self.server.stop(grace=1.0)
         self.noop_server.stop(grace=1.0)
-        self.training.writer.close()
+        self.training.board.close()
         self.training.ingest.close()
         self.tmp.cleanup()
 
@@ -82,7 +82,7 @@ def build_learner_side(args: argparse.Namespace) -> LearnerSide:
     127.0.0.1 (a free port) with its Insert timed."""
     import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow's import)
     from edge_rl.config import TrainConfig
-    from edge_rl.train import Training
+    from edge_rl.loop.train import Training
 
     tmp = tempfile.TemporaryDirectory(prefix="edge-rl-bench-ingest-")
     training = Training(TrainConfig(
@@ -106,7 +106,7 @@ def start_noop_server() -> tuple[grpc.Server, int]:
 
     import grpc
 
-    from edge_rl.server import SERVER_OPTIONS, SERVICE
+    from edge_rl.transport.server import SERVER_OPTIONS, SERVICE
 
     empty = wire_pb2.InsertReply().SerializeToString()
     handler = grpc.method_handlers_generic_handler(SERVICE, {
@@ -126,7 +126,7 @@ def time_stages(side: LearnerSide, n: int, repeats: int) -> dict[str, float]:
     """Median µs per batch of each step an Insert's batch goes through, in this process
     with nothing else running (the learner thread's replay insert included)."""
     from edge_rl.device.wire import decode_batch, validate_batch
-    from edge_rl.replay import Replay
+    from edge_rl.replay.buffer import Replay
 
     action = {"kind": "continuous", "shape": [ACTION_DIM]}
     maker = BatchMaker(n, "bench-ingest", "stages", 0, 0)

@@ -17,7 +17,7 @@ Per setting and seed, one run of:
 The report (OUT/report.md, printed too) gives per setting the greedy return at 10k, 25k, 50k
 and 100k env steps (mean over seeds with its 95% interval), the late-run stability (of the
 evaluations after a seed first came within 5% of its best, the share that stayed there; see
-edge_rl.stability) and the wall-clock, next to published figures where there are some.
+edge_rl.runs.stability) and the wall-clock, next to published figures where there are some.
 
 Finished runs are skipped and interrupted edge-rl runs resumed (an interrupted reference run
 starts again); a failed run is logged and the next one started. Ctrl-C stops the current run
@@ -45,8 +45,8 @@ from actorq_compare import (
     slug,
 )
 
-from edge_rl.compare import T_975  # Student's t, two-sided 95%, by degrees of freedom
-from edge_rl.stability import TOLERANCE, late_run_stability
+from edge_rl.analysis.compare import T_975  # Student's t, two-sided 95%, by degrees of freedom
+from edge_rl.runs.stability import TOLERANCE, late_run_stability
 
 log = logging.getLogger("learning_quality")
 
@@ -80,7 +80,7 @@ SUITES = {
     # what int8 actors cost, beside what staleness costs: the default loop with fp32 actors
     "precision": [("td3", "HalfCheetah-v5", 100_000, ("default", "fp32"))],
 }
-# "At its best" means within 5% of the best (edge_rl.stability), but within 10% on Acrobot,
+# "At its best" means within 5% of the best (edge_rl.runs.stability), but within 10% on Acrobot,
 # whose good policies take 70-90 steps an episode: 5% of -75 is under 4 steps.
 STABILITY_TOLERANCE = {"Acrobot-v1": 0.10}
 # Published figures to read the tables against, with where they come from.

@@ -52,7 +52,7 @@ from netns import (
 )
 
 from edge_rl.device.spool import read_acked
-from edge_rl.exchange import Ledger
+from edge_rl.transport.exchange import Ledger
 
 log = logging.getLogger("netns_fleet")
 

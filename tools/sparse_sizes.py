@@ -24,8 +24,8 @@ from edge_rl.config import TrainConfig
 from edge_rl.converters.size import entropy_bound_bytes, int8_zero_fractions
 from edge_rl.device.envs import describe_env
 from edge_rl.device.policy_file import pack_policy
-from edge_rl.export import XZ_EXPORT_PRESET, smallest_loadable
-from edge_rl.learner import Learner
+from edge_rl.loop.export import XZ_EXPORT_PRESET, smallest_loadable
+from edge_rl.loop.learner import Learner
 from edge_rl.tf_setup import tf
 
 CASES = ["HalfCheetah-v5:0.9", "Hopper-v5:0.98", "Walker2d-v5:0.97", "Ant-v5:0.96"]

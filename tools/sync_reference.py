@@ -31,7 +31,6 @@ from tqdm import tqdm
 import edge_rl  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import check_action_space, resolve_defaults
-from edge_rl.best_policy import random_observations
 from edge_rl.config import TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.evaluate import evaluate
@@ -39,7 +38,8 @@ from edge_rl.device.exploration import Explorer
 from edge_rl.device.outputs import greedy_actions
 from edge_rl.device.policy import Policy
 from edge_rl.device.rollout import Rollout
-from edge_rl.stability import late_run_stability
+from edge_rl.runs.best_policy import random_observations
+from edge_rl.runs.stability import late_run_stability
 
 log = logging.getLogger("sync_reference")
 
@@ -75,8 +75,8 @@ def reference_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from edge_rl.learner import Learner  # imports TensorFlow
-    from edge_rl.replay import Replay
+    from edge_rl.loop.learner import Learner  # imports TensorFlow
+    from edge_rl.replay.buffer import Replay
     from edge_rl.tf_setup import tf
 
     factory = get_algorithm(args.algo)

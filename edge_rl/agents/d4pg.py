@@ -3,7 +3,7 @@
 A deterministic actor and a distributional critic: Z(s, a) is a categorical distribution over a
 fixed, evenly spaced support of `atoms` returns in [v_min, v_max]. The critic learns by
 cross-entropy against the categorical (C51) projection of the n-step target
-r + gamma^k Z'(s', mu'(s')); the replay assembles the n-step sums (see edge_rl.replay), so a
+r + gamma^k Z'(s', mu'(s')); the replay assembles the n-step sums (see edge_rl.replay.buffer), so a
 sample's `discount` is gamma^(k-1), or 0 after a termination, as for TD3. Each actor of a fleet
 explores with its own noise scale, as ActorQ's (and Ape-X's) actors did.
 """

@@ -1,9 +1,9 @@
 """The learner's intake: actors' batches into replay exactly once, durable before acked.
 
 The gRPC service appends each accepted batch to the replay log and queues it (see
-`edge_rl.exchange`); here the learner loop moves queued batches into replay, records them in
-the ledger and holds their acks until the learner trails the actors by at most
-`max_update_lag` updates. A checkpoint saves the replay together with the log position of the
+`edge_rl.transport.exchange`); here the learner loop moves queued batches into replay,
+records them in the ledger and holds their acks until the learner trails the actors by at
+most `max_update_lag` updates. A checkpoint saves the replay together with the log position of the
 last batch in it; `recover` puts the log's later records back after a restart.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 from edge_rl.device import wire_pb2
 from edge_rl.device.observations import ObservationSpec
 from edge_rl.device.wire import BatchCosts, batch_costs, validate_batch
-from edge_rl.exchange import Exchange, Ledger, PendingBatch, replay_key
-from edge_rl.replay import Replay
-from edge_rl.replay_log import Position, ReplayLog, read_records
+from edge_rl.replay.buffer import Replay
+from edge_rl.transport.exchange import Exchange, Ledger, PendingBatch, replay_key
+from edge_rl.transport.replay_log import Position, ReplayLog, read_records
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,11 @@ The loop, top to bottom:
   1. take validated batches from the Exchange, put them in replay;
   2. run the updates the samples-per-insert target allows (updates_per_step per env step);
   3. every publish_every updates, convert the actor network at the actors' precision
-     (calibrated on recent replay observations) and offer it to the actors;
+     (calibrated on recent replay observations) and offer it to the actors (publishing.py);
   4. ack batches once the learner trails the actors by at most max_update_lag updates;
-  5. evaluate the quantized policy greedily every eval_every env steps, keep the best,
-     checkpoint every checkpoint_every env steps.
+  5. evaluate the quantized policy greedily every eval_every env steps, keep the best
+     (evaluation.py), checkpoint every checkpoint_every env steps.
+The run's clock, its TensorBoard scalars and the progress bar are progress.py's.
 """
 
 from __future__ import annotations
@@ -15,48 +16,35 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import grpc
-import numpy as np
-from tqdm import tqdm
 
 from edge_rl import core
 from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import check_action_space, resolve_defaults
-from edge_rl.best_policy import (
-    HOLDOUT_SIZE,
-    RECENT_ROWS,
-    calibration_observations,
-    random_observations,
-    save_best_policy,
-)
-from edge_rl.checkpoint import latest_checkpoint, write_bytes, write_json
-from edge_rl.config import TF_BASELINE, TrainConfig
-from edge_rl.costs import RunCosts
-from edge_rl.device.accounting import seconds_since_process_start
+from edge_rl.config import TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
-from edge_rl.device.evaluate import EvalResult, evaluate
-from edge_rl.device.policy import Policy
-from edge_rl.device.policy_file import pack_policy
+from edge_rl.device.evaluate import EvalResult
 from edge_rl.device.wire import BatchCosts
-from edge_rl.evolution import Evolution, next_multiple
-from edge_rl.ingest import Ingest
-from edge_rl.local_actors import LocalActors
-from edge_rl.replay import Replay
-from edge_rl.run_state import RunState, load_checkpoint, record_policy_version, save_checkpoint
-from edge_rl.server import LearnerService, RunInfo, start_server
-from edge_rl.stability import late_run_stability
-from edge_rl.summary import run_summary
+from edge_rl.loop.evaluation import Evaluation
+from edge_rl.loop.evolution import Evolution, next_multiple
+from edge_rl.loop.local_actors import LocalActors
+from edge_rl.loop.progress import Board, Progress, RunClock
+from edge_rl.loop.publishing import Publisher
+from edge_rl.replay.buffer import Replay
+from edge_rl.runs.checkpoint import latest_checkpoint, write_bytes, write_json
+from edge_rl.runs.costs import RunCosts
+from edge_rl.runs.run_state import RunState, load_checkpoint, save_checkpoint
+from edge_rl.runs.summary import run_summary
+from edge_rl.transport.ingest import Ingest
+from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
 log = logging.getLogger(__name__)
 
 UPDATES_PER_CHUNK = 50  # updates between looks at the actors' queue
-PUBLISH_XZ_PRESET = 1  # broadcasts: fast; `edge-rl export` packs with the strongest preset
 
 
 def prepare(config: TrainConfig, resume: bool = False):
@@ -75,12 +63,12 @@ def prepare(config: TrainConfig, resume: bool = False):
 
 
 class Training:
-    """One run: the learner, its replay, its gRPC service and its local actors."""
+    """One run: the learner, its replay, its gRPC service and its local actors; publishing,
+    evaluation and what the run shows are its collaborators'."""
 
     def __init__(self, config: TrainConfig, resume: bool = False):
-        # seconds from the process's start to each first event (summary.json's "startup")
-        self.startup: dict[str, float] = {}
-        self.mark("training_start")
+        self.clock = RunClock()
+        self.clock.mark("training_start")
         self.config, self.factory, self.observation, self.action = prepare(config, resume)
         config = self.config
         # First, so the energy figure includes the start-up (TensorFlow's import, tracing)
@@ -89,15 +77,14 @@ class Training:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config.save(self.run_dir / "config.json")
 
-        from edge_rl.learner import Learner  # imports TensorFlow
+        from edge_rl.loop.learner import Learner  # imports TensorFlow
         from edge_rl.tf_setup import tf
 
         tf.keras.utils.set_random_seed(config.seed)  # python, numpy and TF (Keras initializers)
         if config.lockstep:
             tf.config.experimental.enable_op_determinism()
-        self.tf = tf
         self.learner: core.Learner = Learner(self.factory, config, self.observation, self.action)
-        self.mark("agent_built")
+        self.clock.mark("agent_built")
         discrete = self.action["kind"] == "discrete"
         self.replay: core.ReplayBuffer = Replay(
             config.replay_capacity,
@@ -122,28 +109,20 @@ class Training:
             self.state.env_steps += transitions
             log.info("replay log: %d batches (%d transitions) after the checkpoint put back",
                      batches, transitions)
-        self.writer = tf.summary.create_file_writer(str(self.run_dir / "tb"))
-        self.calibration_fallback = random_observations(config.env, RECENT_ROWS, config.seed)
-        self.recent_returns: deque[float] = deque(maxlen=20)
-        self.last_publish_update = self.learner.updates
-        self.last_loss = None
-        self.first_update: tuple[float, int] | None = None  # (time, updates) this session
+        # Built from here on, they hold the run's state: the restored one on --resume
+        self.board = Board(self.run_dir / "tb")
+        self.publisher = Publisher(config, self.learner, self.replay, self.exchange, self.state,
+                                   self.costs, self.board)
+        self.evaluation = Evaluation(config, self.publisher, self.learner, self.replay,
+                                     self.state, self.costs, self.board, self.clock)
         self.stop_reason = ""
-        self.policy_file = b""  # the newest published policy as a policy file
-        self.policy_calibration: np.ndarray | None = None  # the rows it was calibrated on
         # the schedule of topology and replay changes, from where the run stands
-        self.evolution = Evolution(config, self.learner, self.replay, self.action, self.writer,
-                                   self.state)
+        self.evolution = Evolution(config, self.learner, self.replay, self.action,
+                                   self.board.writer, self.state)
+        self.progress = Progress(config, self.state, self.learner, self.costs, self.board,
+                                 self.evolution)
         self.stop_requested = False  # set by Ctrl-C or SIGTERM; the loop stops at its next check
-        # wall-clock: the run's seconds before this session, and when this session's loop began
-        self.wall_before = self.state.wall_seconds
-        self.started: float | None = None
-        self.loop_update_rate: float | None = None  # this session's updates/s, once it ends
-
-    def mark(self, event: str) -> None:
-        """Note when `event` first happened, in seconds since the process started."""
-        if event not in self.startup and (seconds := seconds_since_process_start()) is not None:
-            self.startup[event] = round(seconds, 3)
+        self.clock.carry_on_from(self.state.wall_seconds)
 
     # -- the pieces of the loop ----------------------------------------------------------------
 
@@ -152,59 +131,6 @@ class Training:
         c = self.config
         return int(math.floor(max(0, self.state.env_steps - c.warmup_steps) * c.updates_per_step))
 
-    def calibration(self) -> np.ndarray:
-        return calibration_observations(self.replay, self.calibration_fallback)
-
-    def publish(self) -> None:
-        version = self.state.policy_version + 1
-        record_policy_version(self.run_dir, version)
-        baseline = self.config.actor_precision == TF_BASELINE
-        with self.costs.learner.part("publishing"):
-            start = time.perf_counter()
-            # The learner evaluates (and keeps as best) a policy file in every run; the
-            # baseline's is fp32, the weights its TF-Agents actors act with.
-            calibration = self.calibration()
-            model, _ = self.learner.publish(
-                "fp32" if baseline else self.config.actor_precision, calibration, version
-            )
-            if self.config.is_sparse:
-                # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
-                model = pack_policy(model, preset=PUBLISH_XZ_PRESET)
-            broadcast = self.learner.publish_tf_agents(version) if baseline else model
-            seconds = time.perf_counter() - start
-        self.state.policy_version = version
-        self.state.policies_published += 1
-        self.policy_file = model
-        self.policy_calibration = calibration
-        self.exchange.put_policy(version, broadcast)
-        self.last_publish_update = self.learner.updates
-        with self.writer.as_default(step=self.state.env_steps):
-            self.tf.summary.scalar("policy/version", version)
-            self.tf.summary.scalar("policy/publish_latency_ms", seconds * 1000)
-            self.tf.summary.scalar("policy/bytes", len(broadcast))
-            if not baseline and self.config.actor_precision != "fp32":
-                for name, value in self.check_against_fp32(model, calibration, version).items():
-                    self.tf.summary.scalar(f"policy/{name}", value)
-
-    def check_against_fp32(self, model: bytes, calibration: np.ndarray, version: int
-                           ) -> dict[str, float]:
-        """The published policy's greedy actions against fp32 of the same weights on the
-        newest calibration rows (export's tolerances, edge_rl.converters.verify; no episodes)."""
-        from edge_rl.converters import compare_policies
-        from edge_rl.converters.verify import tolerance_failures
-
-        with self.costs.learner.part("publishing"):
-            fp32, _ = self.learner.publish("fp32", calibration, version)
-            rows = self.replay.recent_observations(RECENT_ROWS)
-            numbers = compare_policies(Policy(fp32), Policy(model), rows if len(rows) else
-                                       calibration)
-        found = {"within_export_tolerance": float(not tolerance_failures(numbers))}
-        for key in ("agreement", "decisive_agreement", "mean_relative_error"):
-            if key in numbers:
-                found[key.replace("mean_relative_error", "mean_action_error_of_range")] = \
-                    numbers[key]
-        return found
-
     def take_batches(self, block: bool) -> int:
         """Move queued batches into replay; returns how many transitions arrived."""
         # lockstep: one batch at a time, so updates and acks follow it exactly
@@ -212,9 +138,9 @@ class Training:
             taken = self.ingest.take(block, one=self.config.lockstep)
         arrived = sum(len(pending.transitions) for pending in taken)
         if arrived:
-            self.mark("first_batch")
+            self.clock.mark("first_batch")
         for pending in taken:
-            self.recent_returns.extend(pending.episode_returns)
+            self.progress.episodes_ended(pending.episode_returns)
             self.account(pending.actor_id, pending.costs)
         self.state.env_steps += arrived
         self.exchange.progress["env_steps"] = self.state.env_steps
@@ -236,19 +162,15 @@ class Training:
         while done < count:
             # Stop at the next publish point, so actors get the weights of exactly every
             # publish_every-th update.
-            until_publish = self.config.publish_every - (
-                self.learner.updates - self.last_publish_update
-            )
+            until_publish = self.config.publish_every - self.publisher.updates_since()
             chunk = max(1, min(count - done, until_publish))
             with self.costs.learner.part("updates"):
                 batch = self.replay.sample(chunk * self.config.batch_size)
-                self.last_loss = self.learner.train(batch, chunk)
+                self.progress.trained(self.learner.train(batch, chunk))
             done += chunk
-            if self.first_update is None:  # the clock starts once the graph is traced
-                self.first_update = (time.monotonic(), self.learner.updates)
-                self.mark("first_update")
-            if self.learner.updates - self.last_publish_update >= self.config.publish_every:
-                self.publish()
+            self.clock.updated(self.learner.updates)
+            if self.publisher.updates_since() >= self.config.publish_every:
+                self.publisher.publish()
         return count
 
     def release_acks(self) -> None:
@@ -258,43 +180,13 @@ class Training:
 
     def evaluate_now(self) -> EvalResult:
         """Publish the current weights and evaluate that quantized policy greedily."""
-        self.publish()
-        policy = Policy(self.policy_file)
-        with self.costs.learner.part("evaluation"):
-            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
-        record = {
-            **result.as_dict(),
-            "env_steps": self.state.env_steps,
-            "updates": self.learner.updates,
-            "policy_version": policy.version,
-            "wall_seconds": self.elapsed(),
-        }
-        self.state.evaluations.append(record)
-        self.mark("first_evaluation")
-        self.state.last_eval = record
-        if self.state.best is None or record["mean"] > self.state.best["mean"]:
-            self.state.best = record
-            self._save_best(policy, self.policy_calibration)
-        with self.writer.as_default(step=self.state.env_steps):
-            self.tf.summary.scalar("eval/return_mean", result.mean)
-            self.tf.summary.scalar("eval/return_std", result.std)
-            stability = late_run_stability([e["mean"] for e in self.state.evaluations])
-            if stability["fraction"] is not None:  # the share of later evaluations at the best
-                self.tf.summary.scalar("eval/late_run_stability", stability["fraction"])
-        log.info("eval at %d steps: return %.1f ± %.1f (policy v%d)",
-                 self.state.env_steps, result.mean, result.std, policy.version)
-        return result
-
-    def _save_best(self, policy: Policy, calibration: np.ndarray) -> None:
-        save_best_policy(self.run_dir / "best", policy.model, self.learner.save_actor,
-                         calibration, self.replay.recent_observations(HOLDOUT_SIZE),
-                         self.state.best)
+        return self.evaluation.evaluate_now()
 
     def checkpoint(self) -> None:
         self.state.ledger = self.exchange.ledger.state()
         self.state.actors = self.exchange.actor_index()
         self.state.log_position = self.ingest.position
-        self.state.wall_seconds = self.elapsed()
+        self.state.wall_seconds = self.clock.elapsed()
         self.state.costs = self.costs.state()
         with self.costs.learner.part("checkpoints"):
             oldest_needed = save_checkpoint(self.run_dir, self.state, self.learner, self.replay)
@@ -310,33 +202,6 @@ class Training:
         if self.stop_requested:
             raise KeyboardInterrupt
         self.stop_requested = True
-
-    def update_rate(self) -> float | None:
-        """Updates/s from this session's first chunk of updates to now (publishing,
-        evaluations, and any wait for the actors, included)."""
-        if self.first_update is None:
-            return None
-        seconds = time.monotonic() - self.first_update[0]
-        return round((self.learner.updates - self.first_update[1]) / max(seconds, 1e-9), 1)
-
-    def elapsed(self) -> float:
-        """Wall-clock seconds of this run, over all its resumes."""
-        if self.started is None:
-            return self.wall_before
-        return self.wall_before + (time.monotonic() - self.started)
-
-    def log_scalars(self, rates: dict[str, float]) -> None:
-        with self.writer.as_default(step=self.state.env_steps):
-            for name, value in rates.items():
-                self.tf.summary.scalar(name, value)
-            if self.recent_returns:
-                self.tf.summary.scalar("actor/episode_return", float(np.mean(self.recent_returns)))
-            if self.last_loss is not None:
-                self.tf.summary.scalar("learner/loss", float(self.last_loss))
-            for name, value in self.costs.scalars().items():
-                self.tf.summary.scalar(name, value)
-        self.evolution.log_replay(self.state.env_steps)
-        self.writer.flush()
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -373,7 +238,7 @@ class Training:
 
     def run(self) -> dict[str, Any]:
         config = self.config
-        self.started = time.monotonic()
+        self.clock.start()
         interrupted = False
         server, port = self.serve()
         if config.actors == 0:
@@ -394,18 +259,14 @@ class Training:
         previous_sigterm = signal.signal(signal.SIGTERM, self._request_stop)
         next_eval = next_multiple(self.state.env_steps, config.eval_every)
         next_checkpoint = next_multiple(self.state.env_steps, config.checkpoint_every)
-        bar = tqdm(total=config.steps, initial=min(self.state.env_steps, config.steps),
-                   unit="step", dynamic_ncols=True, disable=None,
-                   desc=f"{config.algo} {config.env}")
-        last_log = time.monotonic()
-        last_counts = (self.state.env_steps, self.learner.updates)
+        self.progress.open()
         try:
             while self.state.env_steps < config.steps:
                 if self.stop_requested:
                     break
                 can_update = self.allowed_updates() > self.learner.updates
                 arrived = self.take_batches(block=not can_update)
-                bar.update(min(arrived, max(0, config.steps - bar.n)))
+                self.progress.arrived(arrived)
                 self.train_chunk()
                 with self.costs.learner.part("topology"):
                     self.evolution.step(self.state.env_steps)
@@ -423,21 +284,9 @@ class Training:
                     # answered now would send its next batch into the log after the final
                     # checkpoint, and a resumed run would count steps the summary does not.
                     self.release_acks()
-                now = time.monotonic()
-                if now - last_log >= 2.0:
-                    steps, updates = self.state.env_steps, self.learner.updates
-                    rates = {
-                        "actor/steps_per_sec": (steps - last_counts[0]) / (now - last_log),
-                        "learner/updates_per_sec": (updates - last_counts[1]) / (now - last_log),
-                    }
-                    self.log_scalars(rates)
-                    bar.set_postfix(
-                        ret=f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "-",
-                        eval=f"{self.state.last_eval['mean']:.1f}" if self.state.last_eval else "-",
-                        v=self.state.policy_version,
-                        ups=f"{rates['learner/updates_per_sec']:.0f}",
-                    )
-                    last_log, last_counts = now, (steps, updates)
+                if self.progress.tick():
+                    # every LOG_SECONDS, with the rates: mark actors gone quiet as gone,
+                    # and stop once every local actor has exited
                     self.exchange.sweep(config.actor_timeout)
                     if config.actors and not actors.alive():
                         raise UserError(
@@ -449,14 +298,14 @@ class Training:
         except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop's checks
             self.stop_requested = True
         finally:
-            self.loop_update_rate = self.update_rate()
+            self.clock.stop(self.learner.updates)
             if self.stop_requested:
                 interrupted = True
                 self.stop_reason = "interrupted"
                 log.warning("interrupted: stopping actors and writing a final checkpoint")
             signal.signal(signal.SIGTERM, previous_sigterm)
             signal.signal(signal.SIGINT, previous_sigint)
-            bar.close()
+            self.progress.close()
             # No batch goes into the log from now on: the final checkpoint holds all the log
             # has, less batches still queued (not acked: their actors keep them, and the
             # log's copy goes into replay on --resume). What is in replay is in the log too,
@@ -481,10 +330,10 @@ class Training:
         # conversion; they wait for its policy.
         actors = LocalActors(config.actors, f"127.0.0.1:{port}", self.run_dir / "logs",
                              token_file=config.token_file, tls_ca=config.tls_cert)
-        self.mark("actors_started")
+        self.clock.mark("actors_started")
         try:  # stop the actor processes if what follows fails
-            self.publish()
-            self.mark("first_policy")
+            self.publisher.publish()
+            self.clock.mark("first_policy")
             self.evolution.log_networks(self.state.env_steps)
         except BaseException:
             actors.stop()
@@ -505,7 +354,7 @@ class Training:
         summary = run_summary(self, exported if exported.is_file() else None)
         self.costs.stop()
         write_json(self.run_dir / "summary.json", summary)
-        self.writer.close()
+        self.board.close()
         self.ingest.close()
         return summary
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from edge_rl.checkpoint import write_json
 from edge_rl.device.envs import make_env
 from edge_rl.device.observations import describe_observations
+from edge_rl.runs.checkpoint import write_json
 
 RECENT_ROWS = 500  # newest replay observations in the calibration rows
 SPREAD_ROWS = 1500  # rows spread evenly over the whole replay

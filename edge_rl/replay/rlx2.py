@@ -5,7 +5,7 @@ them stable with two changes to where the targets come from:
 
   * multi-step returns, switched on only after `nstep_delay` env steps (1-step targets first,
     while the policy that gathered the data changes fastest); the n-step assembly itself is in
-    edge_rl.replay (rewards cut at episode ends, truncation bootstraps, termination does not,
+    edge_rl.replay.buffer (rewards cut at episode ends, truncation bootstraps, termination does not,
     gamma^n on the bootstrap);
   * a dynamic-capacity replay: every `buffer_check_interval` env steps, compare the current
     deterministic action with the one the actor stored on the oldest transitions; when that

@@ -1,5 +1,5 @@
 """Finished runs read back and compared: settings (env, algorithm, actor precision, sparsity)
-over seeds, time to a return threshold, baselines and means over seeds. `edge_rl.report`
+over seeds, time to a return threshold, baselines and means over seeds. `edge_rl.analysis.report`
 renders what this computes.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_rl.config import TrainConfig
 from edge_rl.device.errors import UserError
-from edge_rl.stability import late_run_stability
+from edge_rl.runs.stability import late_run_stability
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Setting:
         return [run.final_score for run in self.runs]
 
     def stabilities(self) -> list[float]:
-        """Each seed's late-run stability (edge_rl.stability), where it has one."""
+        """Each seed's late-run stability (edge_rl.runs.stability), where it has one."""
         found = [late_run_stability([e["mean"] for e in run.evaluations])
                  for run in self.runs]
         return [s["fraction"] for s in found if s is not None and s["fraction"] is not None]

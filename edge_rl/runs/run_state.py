@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_rl.checkpoint import write_checkpoint, write_json
-from edge_rl.replay_log import Position
+from edge_rl.runs.checkpoint import write_checkpoint, write_json
+from edge_rl.transport.replay_log import Position
 
 POLICY_VERSION_FILE = "policy-version.json"
 
@@ -36,7 +36,7 @@ class RunState:
     ledger: dict[str, Any] = field(default_factory=dict)  # (actor id, seq) ranges in replay
     actors: dict[str, int] = field(default_factory=dict)  # actor id -> index
     log_position: Position = (0, 0)  # the replay is as of this replay-log position
-    costs: dict[str, Any] = field(default_factory=dict)  # edge_rl.costs.RunCosts.state()
+    costs: dict[str, Any] = field(default_factory=dict)  # edge_rl.runs.costs.RunCosts.state()
 
 
 def save_checkpoint(run_dir: Path, state: RunState, learner, replay) -> Position:

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from edge_rl.config import TrainConfig
 from edge_rl.core import ReplayBuffer
-from edge_rl.rlx2 import check_buffer, nstep_now
+from edge_rl.replay.rlx2 import check_buffer, nstep_now
 
 if TYPE_CHECKING:  # the sparse groups and topology are this learner's, not the interface's
-    from edge_rl.learner import Learner
+    from edge_rl.loop.learner import Learner
 
 
 def next_multiple(value: int, every: int) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from edge_rl.core import PolicyExchange
 from edge_rl.device.wire import BatchCosts, Transitions
-from edge_rl.replay_log import Position, ReplayLog
+from edge_rl.transport.replay_log import Position, ReplayLog
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from edge_rl.device.wire import (
     policy_chunks,
     validate_batch,
 )
-from edge_rl.exchange import Exchange, LearnerStopping, PendingBatch, replay_key
+from edge_rl.transport.exchange import Exchange, LearnerStopping, PendingBatch, replay_key
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ def to_trajectory(batch: dict[str, np.ndarray], updates: int = 1) -> trajectory.
 
     `batch` holds `updates` minibatches one after another. Element 0 of the time axis carries
     the transition (reward, discount); element 1 only the next observation. Both step types
-    are MID: episode ends live in `discount` (see edge_rl.replay).
+    are MID: episode ends live in `discount` (see edge_rl.replay.buffer).
     """
     n = batch["reward"].shape[0]
     if n % updates:

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_rl.checkpoint import write_bytes
-from edge_rl.compare import (
+from edge_rl.analysis.compare import (
     THRESHOLD_MARGIN,
     Setting,
     baseline_of,
@@ -41,6 +40,7 @@ from edge_rl.compare import (
 )
 from edge_rl.device.accounting import ACTOR_PARTS, LEARNER_PARTS
 from edge_rl.device.errors import UserError
+from edge_rl.runs.checkpoint import write_bytes
 
 log = logging.getLogger(__name__)
 

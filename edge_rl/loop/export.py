@@ -16,14 +16,14 @@ import numpy as np
 
 from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import resolve_defaults
-from edge_rl.best_policy import GREEDY_ROWS, evenly_spaced
-from edge_rl.checkpoint import write_bytes
 from edge_rl.config import EXPORT_PRECISIONS, TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.evaluate import evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.device.policy_file import PolicyFileError, pack_policy, read_policy_metadata
+from edge_rl.runs.best_policy import GREEDY_ROWS, evenly_spaced
+from edge_rl.runs.checkpoint import write_bytes
 
 XZ_EXPORT_PRESET = 9 | lzma.PRESET_EXTREME  # exports are written once: squeeze hard
 
@@ -61,7 +61,7 @@ class RunExport:
         observation, action = describe_env(config.env)
         self.config = resolve_defaults(factory, config, observation, action)
 
-        from edge_rl.learner import Learner
+        from edge_rl.loop.learner import Learner
 
         self.learner = Learner(factory, self.config, observation, action)
         self.learner.restore_actor(best)

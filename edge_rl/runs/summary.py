@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from edge_rl.stability import late_run_stability
+from edge_rl.config import TrainConfig
+from edge_rl.runs.costs import RunCosts
+from edge_rl.runs.run_state import RunState
+from edge_rl.runs.stability import late_run_stability
 
-if TYPE_CHECKING:
-    from edge_rl.train import Training
+
+class FinishedRun(Protocol):
+    """What the summary reads of a run that has stopped (edge_rl.loop.train.Training): the
+    loop's collaborators, so runs/ needs nothing of the loop's own."""
+
+    config: TrainConfig
+    state: RunState
+    costs: RunCosts
+    stop_reason: str
+    clock: Any  # elapsed(), loop_update_rate, startup (edge_rl.loop.progress.RunClock)
+    learner: Any  # updates, trace_seconds
+    evolution: Any  # network_report()
+    replay: Any  # capacity, nstep, len()
+    exchange: Any  # policy, ledger, actors, refused
+    ingest: Any  # log: bytes_written, syncs
 
 
-def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
-    """The run's results and costs, from a Training that has stopped."""
-    seconds = training.elapsed()
+def run_summary(training: FinishedRun, policy_file: Path | None) -> dict[str, Any]:
+    """The run's results and costs, from a run that has stopped."""
+    seconds = training.clock.elapsed()
     summary = {
         "algo": training.config.algo,
         "env": training.config.env,
@@ -30,7 +46,7 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
         "policy_file": str(policy_file) if policy_file else None,
         "stop_reason": training.stop_reason,
         "publish_seconds": round(training.costs.learner_seconds()["publishing"], 3),
-        "learner_updates_per_second": training.loop_update_rate,
+        "learner_updates_per_second": training.clock.loop_update_rate,
         "topology": training.config.topology,
         "topology_updates": training.state.topology_updates,
         "topology_updates_by_group": training.state.topology_updates_by_group,
@@ -41,7 +57,7 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
         "policy_bytes": len(training.exchange.policy[1]) if training.exchange.policy else None,
         "evaluations": [{key: e[key] for key in ("env_steps", "wall_seconds", "mean")}
                         for e in training.state.evaluations],
-        # whether the policy, once at its best, stayed there (edge_rl.stability)
+        # whether the policy, once at its best, stayed there (stability.py)
         "stability": late_run_stability([e["mean"] for e in training.state.evaluations]),
         "ingest": {
             "batches_per_actor": {a: training.exchange.ledger.count(a)
@@ -53,7 +69,7 @@ def run_summary(training: Training, policy_file: Path | None) -> dict[str, Any]:
         "time_breakdown": training.costs.time_breakdown(),
         # seconds from this session's process start to its first events, and what each trace
         # of the update loop cost (tools/bench_startup.py)
-        "startup": {**training.startup, "update_traces": training.learner.trace_seconds},
+        "startup": {**training.clock.startup, "update_traces": training.learner.trace_seconds},
     }
     energy = training.costs.energy()
     if energy is not None:
