@@ -5,6 +5,7 @@ The fresh venv gets the newest protobuf the base install allows, so this also pr
 committed gRPC stubs (grpcio-tools 1.62) import beyond TF's protobuf 4.25.
 """
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -48,8 +49,16 @@ def test_wheel_installs_and_runs_with_the_base_install_only(tmp_path):
     protobuf_major = int(out.split(".")[0])
     assert protobuf_major >= 5, out  # the newest protobuf, not TF's 4.25
     assert "ai_edge_litert" in out
-    help_text = run([str(env_dir / "bin" / "edge-rl"), "--help"], away)
+    edge_rl_command = str(env_dir / "bin" / "edge-rl")
+    help_text = run([edge_rl_command, "--help"], away)
     assert "train" in help_text and "actor" in help_text
+    # a board's user measures a policy file with the base install: edge-rl bench
+    for command in ("latency", "footprint", "input-quantization"):
+        assert "Usage: edge-rl bench" in run([edge_rl_command, "bench", command, "--help"], away)
+    policy = ROOT / "tests" / "data" / "differential" / "dqn-cartpole" / "best" / "policy.tflite"
+    latency = json.loads(run([edge_rl_command, "bench", "latency", str(policy), "--invokes",
+                              "200", "--json"], away))
+    assert latency["precision"] == "int8" and 0 < latency["median_us"] < 1e6
 
 
 def test_pyproject_lists_every_package():

@@ -30,6 +30,9 @@ the same command resumes it. Then `edge-rl report` compares the finished runs of
 and env against an fp32 run. Standard library and `edge-rl` subprocesses only (no TF here).
 Before anything runs it checks that `edge-rl train` takes every flag the runs pass; --dry-run
 prints the plan (each run's status and the time it still needs), checks, and runs nothing.
+
+One script past ~400 lines, on purpose: the comparison's suites, their runs and their
+report are one resumable driver.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ It prints what it measured and exits non-zero on any failure. Needs root (chroot
 binfmt_misc), debootstrap and qemu-user-static (installed with apt-get when missing), and the
 x86 side's `[train]` install. --skip-if-unable exits 0 with the reason where the machine
 cannot do it (no root, no binfmt_misc): CI uses it.
+
+One script past ~400 lines, on purpose: it builds an arm64 root, installs, trains on x86
+and compares under emulation in one run that CI starts beside the tests.
 """
 
 from __future__ import annotations

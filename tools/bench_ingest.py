@@ -32,6 +32,9 @@ so that other load on the machine falls on every phase alike):
 Every phase also reports where the CPU went (learner loop, Insert's own code, grpcio's Python
 around it, the fsync thread, the process's other threads, the streamer processes, and the
 rest of the machine); a last table times the Insert handler's stages on one batch.
+
+One script past ~400 lines, on purpose: its phases are measured side by side in one run
+against one learner; the streamer and the learner side are its helper modules.
 """
 
 from __future__ import annotations

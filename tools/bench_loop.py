@@ -28,6 +28,9 @@ Prints markdown tables of:
      learner's updates/s with actors attached.
 Variants are interleaved in rounds so that other load falls on all of them alike. --quick
 runs every part once, tiny (256x256 only, the DQN learner only): a check that it all runs.
+
+One script past ~400 lines, on purpose: its sections measure the loop's stages side by side
+in one run, so their ratios share one machine state; each section calls the product.
 """
 
 from __future__ import annotations
