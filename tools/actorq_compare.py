@@ -47,6 +47,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("actorq_compare")
 
@@ -95,19 +96,25 @@ def slug(env_id: str) -> str:
 
 
 
-@dataclass
-class Run:
-    setting: Setting
+@dataclass(frozen=True)
+class RunFolder:
+    """One run of a driver (this one, bench_sparse, learning_quality): its setting, its seed
+    and its folder, with its log beside it."""
+
+    setting: Any
     seed: int
     run_dir: Path
 
     @property
-    def name(self) -> str:
-        return self.setting.name(self.seed)
-
-    @property
     def log_file(self) -> Path:
         return self.run_dir.with_name(self.run_dir.name + ".log")
+
+
+@dataclass(frozen=True)
+class Run(RunFolder):
+    @property
+    def name(self) -> str:
+        return self.setting.name(self.seed)
 
 
 def eval_flags(steps: int, episodes: int) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from actorq_compare import (
     EDGE_RL,
+    RunFolder,
     add_driver_arguments,
     checkpoint_steps,
     drive,
@@ -101,15 +102,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Run:
-    setting: Setting
-    seed: int
-    run_dir: Path
-
-    @property
-    def log_file(self) -> Path:
-        return self.run_dir.with_name(self.run_dir.name + ".log")
-
+class Run(RunFolder):
     def exports(self) -> list[str]:
         return ["int8", "fp32"] if self.setting.method == "dense" else ["int8"]
 

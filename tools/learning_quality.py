@@ -37,6 +37,7 @@ from pathlib import Path
 
 from actorq_compare import (
     EDGE_RL,
+    RunFolder,
     add_driver_arguments,
     checkpoint_steps,
     drive,
@@ -108,15 +109,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Run:
-    setting: Setting
-    seed: int
-    run_dir: Path
-
-    @property
-    def log_file(self) -> Path:
-        return self.run_dir.with_name(self.run_dir.name + ".log")
-
+class Run(RunFolder):
     def status(self) -> str:
         """done, resume (an edge-rl run with a checkpoint) or new."""
         summary = read_summary(self.run_dir)
