@@ -86,11 +86,12 @@ def parse_args() -> argparse.Namespace:
                              "in for actors on other machines)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     parser.add_argument("--quick", action="store_true",
-                        help="every kind of phase once, briefly: 1 round of 1 s, 1 streamer, "
-                             "batches of 1000, one paced rate (CI runs it; ~40 s)")
+                        help="every kind of phase once, briefly: 1 round of 3 s (time for "
+                             "several chunks of updates on a loaded machine), 1 streamer, "
+                             "batches of 1000, one paced rate (CI runs it; ~50 s)")
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.rounds, args.actors = 1.0, 1, 1
+        args.seconds, args.rounds, args.actors = 3.0, 1, 1
         args.batch_transitions, args.paced = [1000], [20_000.0]
     return args
 
