@@ -10,8 +10,8 @@ makes. The rules are Coral's "TensorFlow models on the Edge TPU" page
     QUANTIZE/DEQUANTIZE at the graph's boundary either; the int32 biases of quantized ops and
     int32 constants (axes, shapes) are fine;
   * tensor sizes are constant at compile time (no -1 in a shape signature);
-  * tensors have 1, 2 or 3 dimensions; a tensor with more may have sizes above 1 only in its 3
-    innermost dimensions;
+  * activations have 1, 2 or 3 dimensions; one with more may have sizes above 1 only in its 3
+    innermost dimensions (a convolution's 4-D filters are weights, not activations);
   * only the operations in Coral's table, each from the Edge TPU runtime version it names (a
     model compiled for runtime 14, the version libedgetpu 16.0 reports, may use all of them).
 Quantization per axis (one scale per output channel) is accepted for convolutions, as the
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from tensorflow.lite.python import schema_py_generated as schema
 
-from edge_rl.converters.flatbuffer import TYPE_NAMES, builtin, read_model, text
+from edge_rl.converters.flatbuffer import TYPE_NAMES, builtin, has_data, read_model, text
 from edge_rl.device.runtime import EDGETPU_CUSTOM_OP
 
 _OP = schema.BuiltinOperator
@@ -128,7 +128,7 @@ def edgetpu_problems(model_bytes: bytes,
             problems.append(f"{where} has a dynamic shape {[int(d) for d in signature]}; the "
                             "Edge TPU needs sizes fixed at compile time")
         shape = [int(d) for d in tensor.shape] if tensor.shape is not None else []
-        if len(shape) > 3 and any(d > 1 for d in shape[:-3]):
+        if len(shape) > 3 and any(d > 1 for d in shape[:-3]) and not has_data(model, tensor):
             problems.append(f"{where} has shape {shape}; beyond 3 dimensions only the 3 "
                             "innermost may be larger than 1 on the Edge TPU")
     return problems

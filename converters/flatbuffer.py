@@ -11,6 +11,10 @@ Three edits make an int8 policy file act as its float network does, for every TF
 * `float_output_stage` computes the last Dense layer, and the ops after it, in float32 from
   the dequantized last hidden activation: the file's outputs (Q-values, actions in the env's
   units) carry no int8 rounding of their own, and no range calibrated for them.
+* `integer_input` makes a network that takes uint8 frames (or 0/1 planes) read them without
+  a CAST, which TFLite Micro and the Edge TPU lack; at int8 it gives the input the range its
+  observation kind fixes, not the calibration data's: each value the input can hold gets an
+  int8 level of its own, and a frame brighter than any calibration frame is not clipped.
 * `bounded_ranges` gives the int8 ranges that mathematics fixes, whatever the calibration
   data: a TANH's input spans [-TANH_INPUT_LIMIT, TANH_INPUT_LIMIT] (beyond it tanh is within
   half an int8 output step of +-1), and each elementwise op that only adds, subtracts or
@@ -246,6 +250,112 @@ def _constant(model: Any, name: str, values: np.ndarray) -> Any:
     tensor.shape = np.array(values.shape, np.int32)
     tensor.buffer = len(model.buffers) - 1
     return tensor
+
+
+# -- the exact input range of bounded observations ----------------------------------------------
+
+# Ops reading the quantized input that take its scale as it is (they requantize their outputs
+# anyway), and those whose int32 bias is stored at the input's scale times the weights'.
+_TAKE_ANY_INPUT_SCALE = (_OP.ADD, _OP.SUB, _OP.MUL)
+_BIASED = (_OP.CONV_2D, _OP.DEPTHWISE_CONV_2D, _OP.FULLY_CONNECTED)
+
+
+def integer_input(model_bytes: bytes, value_max: float) -> bytes:
+    """`model_bytes` (an integer input, RESHAPEs, a CAST to float32) with the CAST replaced: the
+    input is marked scale 1, zero point 0 (a raw value is its real value), and
+
+    - in an int8 file (CAST then QUANTIZE) the QUANTIZE reads the integer input itself and
+      writes int8 over [0, value_max], not the calibrated range; the convolutions or Dense
+      layers reading it get their int32 biases requantized to match;
+    - in a float file a DEQUANTIZE takes the CAST's place.
+
+    Without the CAST a file runs in TFLite Micro (whose CAST takes no uint8) and on the Edge
+    TPU (whose compiler leaves the graph on the CPU from the first op it cannot map)."""
+    model = read_model(model_bytes)
+    graph = model.subgraphs[0]
+    consumers: dict[int, list] = {}
+    for op in graph.operators:
+        for index in op.inputs:
+            consumers.setdefault(int(index), []).append(op)
+
+    def only_reader(index: int) -> Any:
+        readers = consumers.get(index, [])
+        if len(readers) != 1:
+            raise ValueError(f"the network's input path forks at tensor {index}: "
+                             "expected RESHAPE, CAST, QUANTIZE")
+        return readers[0]
+
+    raw = [int(graph.inputs[0])]  # the integer tensors before the CAST
+    op = only_reader(raw[-1])
+    while builtin(model, op) == _OP.RESHAPE:
+        raw.append(int(op.outputs[0]))
+        op = only_reader(raw[-1])
+    cast = op
+    if builtin(model, cast) != _OP.CAST:
+        raise ValueError("the network's input is not cast to float32")
+    for index in raw:
+        graph.tensors[index].quantization = _quantization(1.0, 0)
+    quantize = consumers.get(int(cast.outputs[0]), [None])[0]
+    if quantize is None or builtin(model, quantize) != _OP.QUANTIZE:  # a float network
+        cast.opcodeIndex = _opcode_index(model, _OP.DEQUANTIZE)
+        cast.builtinOptionsType, cast.builtinOptions = 0, None
+        return write_model(model)
+    quantized = int(quantize.outputs[0])
+    q = graph.tensors[quantized].quantization
+    old_scale = float(q.scale[0])
+    new_scale, zero_point = asymmetric_int8(0.0, float(value_max))
+    for reader in consumers.get(quantized, []):
+        code = builtin(model, reader)
+        if code in _BIASED and len(reader.inputs) > 2 and int(reader.inputs[2]) >= 0:
+            _rescale_bias(model, int(reader.inputs[2]), old_scale / new_scale)
+        elif code not in _BIASED + _TAKE_ANY_INPUT_SCALE:
+            raise ValueError(f"operator {code} reads the quantized input at its own scale")
+    q.scale = np.array([new_scale], np.float32)
+    q.zeroPoint = np.array([zero_point], np.int64)
+    q.min = q.max = None
+    quantize.inputs = np.array([raw[-1]], np.int32)
+    graph.operators = [op for op in graph.operators if op is not cast]
+    _drop_unused_tensors(graph)  # the CAST's float output
+    return write_model(model)
+
+
+def _drop_unused_tensors(graph: Any) -> None:
+    """Remove tensors no op and no graph boundary names, renumbering the references."""
+    used = {int(i) for op in graph.operators for i in (*op.inputs, *op.outputs) if i >= 0}
+    used |= {int(i) for i in (*graph.inputs, *graph.outputs)}
+    kept = sorted(used)
+    new_index = {old: new for new, old in enumerate(kept)}
+
+    def renumber(indices: Any) -> Any:
+        return np.array([new_index[int(i)] if i >= 0 else -1 for i in indices], np.int32)
+
+    graph.tensors = [graph.tensors[i] for i in kept]
+    for op in graph.operators:
+        op.inputs, op.outputs = renumber(op.inputs), renumber(op.outputs)
+    graph.inputs, graph.outputs = renumber(graph.inputs), renumber(graph.outputs)
+
+
+def _quantization(scale: float, zero_point: int) -> Any:
+    q = schema.QuantizationParametersT()
+    q.scale = np.array([scale], np.float32)
+    q.zeroPoint = np.array([zero_point], np.int64)
+    return q
+
+
+def _rescale_bias(model: Any, index: int, factor: float) -> None:
+    """An int32 bias stored at (input scale x weight scale) moved to an input scale `factor`
+    times smaller: values multiplied by `factor`, scales divided by it."""
+    tensor = model.subgraphs[0].tensors[index]
+    if tensor.type != schema.TensorType.INT32 or not has_data(model, tensor):
+        raise ValueError(f"bias {text(tensor.name)!r} is not a stored int32 tensor")
+    buffer = model.buffers[tensor.buffer]
+    values = np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), np.int32)
+    rescaled = round_half_away(values.astype(np.float64) * factor)
+    if np.abs(rescaled).max(initial=0) >= 2**31:
+        raise ValueError(f"bias {text(tensor.name)!r} does not fit int32 at the input's range")
+    buffer.data = np.frombuffer(rescaled.astype(np.int32).tobytes(), np.uint8).copy()
+    tensor.quantization.scale = (np.asarray(tensor.quantization.scale, np.float64)
+                                 / factor).astype(np.float32)
 
 
 # -- ranges that mathematics fixes ---------------------------------------------------------------

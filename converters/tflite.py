@@ -68,6 +68,7 @@ from edge_rl.converters.flatbuffer import (
     bounded_ranges,
     float_input_layer,
     float_output_stage,
+    integer_input,
     narrow_outputs_first,
     read_model,
     set_ranges,
@@ -118,8 +119,12 @@ def convert(
         raise ValueError("the Edge TPU does not read TFLite's sparse weight encoding")
     obs_shape = tuple(int(d) for d in metadata.observation_shape)
     # the network's input takes observations as their kind stores them (float32 for vectors)
-    obs_dtype = OBSERVATION_KINDS[metadata.observation].stored_dtype
-    if precision in INTEGER_PRECISIONS and obs_dtype != "float32":
+    kind = OBSERVATION_KINDS[metadata.observation]
+    obs_dtype = kind.stored_dtype
+    # integer observations keep their dtype at an int8 file's input, which maps the kind's
+    # fixed range [0, value_max] onto the int8 grid (integer_input); kinds without one
+    # would need a stated scale
+    if precision in INTEGER_PRECISIONS and obs_dtype != "float32" and kind.value_max is None:
         raise ValueError(f"{precision} conversion of {metadata.observation} observations "
                          f"({obs_dtype}) is not supported yet")
     _check_model(model, obs_shape, metadata.output)
@@ -158,7 +163,10 @@ def convert(
                                                      for row in rows)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         edgetpu = precision == "edgetpu"
-        converter.inference_input_type = tf.int8 if edgetpu else tf.as_dtype(obs_dtype)
+        # float observations: int8 for the Edge TPU (the device quantizes them), float
+        # otherwise; integer ones (frames) keep their dtype
+        converter.inference_input_type = (tf.int8 if edgetpu and obs_dtype == "float32"
+                                          else tf.as_dtype(obs_dtype))
         converter.inference_output_type = tf.int8 if edgetpu else tf.float32
     if precision == "edgetpu":
         # One scale per weight tensor. Newer converters quantize Dense kernels per output
@@ -176,6 +184,8 @@ def convert(
             flat = narrow_outputs_first(flat)
         if precision in INTEGER_PRECISIONS:
             flat = set_ranges(flat, bounded_ranges(read_model(flat)))
+        if kind.value_max is not None:  # integer observations with a fixed range
+            flat = integer_input(flat, kind.value_max)
         if precision == "int8" and first is not None:
             flat = float_input_layer(flat, *_kernel_and_bias(first))
         if precision == "int8" and (last := output_layer(model)) is not None:

@@ -12,6 +12,7 @@ from edge_rl.device.errors import UserError
 from edge_rl.device.observations import ObservationSpec, describe_observations
 
 CONTROL_SUITE = "dm_control/"  # shimmy's namespace: dm_control/<domain>-<task>-v0
+EDGE_RL_ENVS = "EdgeRL/"  # edge-rl's own test envs (edge_rl.device.bright_patch)
 
 
 def _not_settotalmass(record: logging.LogRecord) -> bool:
@@ -48,6 +49,10 @@ def make_env(env_id: str, seed: int | None = None):
 
     if env_id.startswith(CONTROL_SUITE):
         register_control_suite()
+    if env_id.startswith(EDGE_RL_ENVS):
+        from edge_rl.device import bright_patch
+
+        bright_patch.register()
     try:
         env = gym.make(env_id)
     except (gym.error.Error, ModuleNotFoundError, ImportError, AttributeError) as err:

@@ -8,10 +8,19 @@ rollouts, the wire, the replay, the network builders (edge_rl.agents.parts), the
 the device's policy input ask it instead of assuming float vectors. A policy file names its
 observations' kind (PolicyMetadata.observation), so a device feeds it what it was built for.
 
-One kind exists: `vector`, any Box of numbers of rank 1 (plus the Control Suite's dict
-observations, flattened by edge_rl.device.envs), stored and fed as float32. Image observations
-(a uint8 Box of rank 2 or 3, e.g. Atari frames) are recognised and refused with one line until
-their kind exists; so is anything else no kind accepts.
+Three kinds exist:
+
+- `vector`: any Box of numbers of rank 1 (plus the Control Suite's dict observations,
+  flattened by edge_rl.device.envs), stored and fed as float32;
+- `frames`: a uint8 Box of rank 2 or 3 (height, width[, channels]), camera or Atari frames,
+  stored, sent and fed as uint8 in [0, 255];
+- `planes`: a bool Box of rank 3 (height, width, channels), one on/off plane per object kind
+  as MinAtar gives, stored, sent and fed as uint8 0/1.
+
+Frames and planes are bounded by construction (`value_max`): a network scales its input by
+1 / value_max itself, and an int8 policy file maps [0, value_max] onto its int8 grid exactly,
+so a board hands the interpreter the env's raw bytes. Anything no kind accepts is refused with
+one line.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ class ObservationKind:
 
     name: str
     stored_dtype: str  # in rollouts, on the wire, in replay and at the policy network's input
+    # The largest value an observation of this kind can hold where that is fixed by the kind
+    # (255 for frames); None where it is not (vectors: their ranges are calibrated on data).
+    value_max: float | None = None
 
     def accepts(self, space: Any) -> bool:
         """Whether this kind handles observations from `space` (a gymnasium space)."""
@@ -59,6 +71,11 @@ class ObservationSpec:
         return self.kind.stored_dtype
 
     @property
+    def is_image(self) -> bool:
+        """Whether observations are pictures (rank 2 or 3), for convolutional networks."""
+        return len(self.shape) >= 2
+
+    @property
     def size(self) -> int:
         """Numbers in one observation."""
         return int(np.prod(self.shape, dtype=np.int64))
@@ -74,20 +91,34 @@ def register_observation_kind(kind: ObservationKind) -> ObservationKind:
     return kind
 
 
+class Frames(ObservationKind):
+    """uint8 frames, rank 2 (grayscale) or 3 (height, width, channels)."""
+
+    def accepts(self, space: Any) -> bool:
+        import gymnasium as gym
+
+        return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+                and len(space.shape) in (2, 3))
+
+
+class Planes(ObservationKind):
+    """bool planes (height, width, channels), stored as uint8 0/1."""
+
+    def accepts(self, space: Any) -> bool:
+        import gymnasium as gym
+
+        return (isinstance(space, gym.spaces.Box) and space.dtype == np.bool_
+                and len(space.shape) == 3)
+
+
 VECTOR = register_observation_kind(ObservationKind("vector", "float32"))
+FRAMES = register_observation_kind(Frames("frames", "uint8", value_max=255.0))
+PLANES = register_observation_kind(Planes("planes", "uint8", value_max=1.0))
 
 
 def vector(shape: tuple[int, ...]) -> ObservationSpec:
     """Float vector observations of this shape (what every env edge-rl runs today gives)."""
     return ObservationSpec(VECTOR, tuple(int(d) for d in shape))
-
-
-def is_image(space: Any) -> bool:
-    """A uint8 Box of rank 2 or 3: frames, as Atari and MinAtar-style envs give."""
-    import gymnasium as gym
-
-    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
-            and len(space.shape) in (2, 3))
 
 
 def describe_observations(space: Any) -> ObservationSpec:
@@ -102,8 +133,5 @@ def observation_kind(space: Any) -> ObservationKind:
     for kind in KINDS.values():
         if kind.accepts(space):
             return kind
-    if is_image(space):
-        raise UserError(f"image observations are not supported yet (this env gives uint8 "
-                        f"frames of shape {list(space.shape)})")
-    raise UserError(f"observation space {space} is not supported (edge-rl needs a 1-D Box "
-                    "of numbers)")
+    raise UserError(f"observation space {space} is not supported (edge-rl takes a 1-D Box of "
+                    "numbers, uint8 frames of rank 2 or 3, or bool planes of rank 3)")

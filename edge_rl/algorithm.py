@@ -59,6 +59,8 @@ class AgentFactory(Protocol):
     name: str
     action_kinds: frozenset[str]  # what it can drive: "discrete", "continuous" or both
     defaults: dict[str, Any]  # values for TrainConfig fields left at None
+    # Optional: values that replace `defaults` where observations are images (frames, planes)
+    image_defaults: dict[str, Any]
     # Its own settings: a frozen dataclass whose fields (made with `option`) are the run's
     # algo_options and its --flags; it checks them in __post_init__ (raising UserError).
     Options: type
@@ -147,7 +149,7 @@ def resolve_defaults(factory: AgentFactory, config: TrainConfig,
     algorithm's. Resolving a resolved config changes nothing. `--tiny` needs the env's
     `observation` and `action`."""
     config = _resolve_rlx2(config)
-    config = _resolve_algorithm(factory, config)
+    config = _resolve_algorithm(factory, config, observation)
     return _resolve_sparse(factory, config, observation, action)
 
 
@@ -212,6 +214,9 @@ def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
     from edge_rl.sparse.distribution import layer_densities, parameter_count, tiny_hidden
 
     sparse_given = max(config.sparsities.values()) > 0
+    if sparse_given and observation is not None and observation.is_image:
+        raise UserError("sparse networks for image observations are not supported yet "
+                        "(drop --sparsity)")
     changes: dict[str, Any] = {}
     if config.topology_end is None:
         changes["topology_end"] = config.steps
@@ -244,14 +249,16 @@ def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
     return config.replace(**changes)
 
 
-def _resolve_algorithm(factory: AgentFactory, config: TrainConfig) -> TrainConfig:
+def _resolve_algorithm(factory: AgentFactory, config: TrainConfig,
+                       observation: ObservationSpec | None) -> TrainConfig:
     if config.actor_precision == TF_BASELINE and not factory.tf_agents_baseline:
         raise UserError(f"--actor-precision {TF_BASELINE} (TF-Agents' own policy on the actors) "
                         f"cannot run {factory.name}'s policy")
-    changes = {
-        name: value for name, value in factory.defaults.items()
-        if getattr(config, name) is None
-    }
+    field_defaults = dict(factory.defaults)
+    if observation is not None and observation.is_image:
+        field_defaults.update(getattr(factory, "image_defaults", {}))
+    changes = {name: value for name, value in field_defaults.items()
+               if getattr(config, name) is None}
     defaults = dataclasses.asdict(factory.Options())
     unknown = sorted(set(config.algo_options) - set(defaults))
     if unknown:  # e.g. D4PG's --atoms given to another algorithm

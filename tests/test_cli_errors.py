@@ -108,9 +108,9 @@ def test_eval_runs_an_xz_packed_policy(cartpole_policy, tmp_path):
     assert mean_return(result.stdout) == mean_return(plain.stdout)
 
 
-def test_an_image_env_is_refused_in_one_line(tmp_path):
-    """uint8 frames have no observation kind yet: one line and exit 2, not a traceback from
-    deep inside TF-Agents."""
+def test_observations_no_kind_takes_are_refused_in_one_line(tmp_path):
+    """A clip of frames (rank 4) has no observation kind: one line and exit 2, not a traceback
+    from deep inside TF-Agents."""
     import os
     import subprocess
     from pathlib import Path
@@ -121,8 +121,8 @@ def test_an_image_env_is_refused_in_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(tests), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([EDGE_RL, "train", "--out", str(tmp_path / "run"), "--env",
-                             "support.image_env:Frames-v0"],
+                             "support.image_env:Clips-v0"],
                             capture_output=True, text=True, env=env, timeout=300)
-    check_one_line_error(result, "image observations are not supported yet")
-    assert "[42, 42, 3]" in result.stderr
+    check_one_line_error(result, "is not supported")
+    assert "(2, 42, 42, 3)" in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()

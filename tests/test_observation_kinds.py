@@ -9,7 +9,9 @@ import pytest
 
 from edge_rl.device.errors import PolicyFileError, UserError
 from edge_rl.device.observations import (
+    FRAMES,
     KINDS,
+    PLANES,
     VECTOR,
     ObservationKind,
     ObservationSpec,
@@ -53,8 +55,14 @@ def test_the_env_description_asks_the_kinds_in_order(byte_kind):
     floats = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     assert describe_observations(floats) == ObservationSpec(VECTOR, (3,))
     assert describe_observations(gym.spaces.Box(0, 255, (6,), np.uint8)).kind is byte_kind
-    with pytest.raises(UserError, match="image observations are not supported yet"):
-        describe_observations(gym.spaces.Box(0, 255, (16, 16, 3), np.uint8))
+    frames = describe_observations(gym.spaces.Box(0, 255, (16, 16, 3), np.uint8))
+    assert frames == ObservationSpec(FRAMES, (16, 16, 3)) and frames.is_image
+    assert describe_observations(gym.spaces.Box(0, 255, (84, 84), np.uint8)).kind is FRAMES
+    planes = describe_observations(gym.spaces.Box(0, 1, (10, 10, 4), np.bool_))
+    assert planes == ObservationSpec(PLANES, (10, 10, 4))
+    assert PLANES.as_stored(np.ones((10, 10, 4), np.bool_)).dtype == np.uint8
+    with pytest.raises(UserError, match="is not supported"):  # a clip of frames
+        describe_observations(gym.spaces.Box(0, 255, (2, 16, 16, 3), np.uint8))
 
 
 def test_policy_metadata_names_the_kind_and_refuses_one_it_does_not_know(byte_kind):
@@ -95,6 +103,6 @@ def test_a_new_kind_reaches_the_network_converter_and_device_input(byte_kind):
     mislabelled = attach_metadata(policy_file, replace(metadata("bytes"), observation="vector"))
     with pytest.raises(PolicyFileError, match="input is uint8; vector observations are float32"):
         Policy(mislabelled)
-    # int8 for integer observations needs a stated input scale: refused until that exists
+    # int8 for integer observations needs their range: refused for a kind without value_max
     with pytest.raises(ValueError, match="not supported yet"):
         convert(model, "int8", frames, metadata("bytes", "int8"))

@@ -21,7 +21,12 @@ from tf_agents.utils import common
 
 from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
-from edge_rl.agents.parts.networks import deterministic_actor, distributional_critic, mlp_shapes
+from edge_rl.agents.parts.networks import (
+    deterministic_actor,
+    distributional_critic,
+    mlp_shapes,
+    vector_only,
+)
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
@@ -207,6 +212,7 @@ class D4PG:
                 raise UserError("--tau must be in (0, 1] and --exploration-noise >= 0")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        vector_only(observation, "D4PG")
         time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse

@@ -14,6 +14,7 @@ from edge_rl.agents.parts.networks import (
     export_model,
     mlp_shapes,
     squashed_gaussian_outputs,
+    vector_only,
 )
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
@@ -51,6 +52,7 @@ class SAC:
                 raise UserError("--tau must be in (0, 1]")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        vector_only(observation, "SAC")
         time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse

@@ -9,7 +9,7 @@ from tf_agents.agents.td3 import td3_agent
 
 from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
-from edge_rl.agents.parts.networks import critic, deterministic_actor, mlp_shapes
+from edge_rl.agents.parts.networks import critic, deterministic_actor, mlp_shapes, vector_only
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
@@ -55,6 +55,7 @@ class TD3:
                 raise UserError("noise settings must not be negative")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
+        vector_only(observation, "TD3")
         time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse

@@ -1,5 +1,6 @@
-"""A gymnasium env with uint8 frames for observations, as Atari gives (registered on import,
-so `--env support.image_env:Frames-v0` finds it when tests/ is on the path)."""
+"""Gymnasium envs with uint8 frames for observations, as Atari gives, and with clips of frames,
+which no observation kind takes (registered on import, so `--env support.image_env:Frames-v0`
+finds one when tests/ is on the path)."""
 
 import gymnasium as gym
 import numpy as np
@@ -19,3 +20,10 @@ class Frames(gym.Env):
 
 
 gym.register("Frames-v0", entry_point=Frames, max_episode_steps=10)
+
+
+class Clips(Frames):
+    observation_space = gym.spaces.Box(0, 255, (2, 42, 42, 3), np.uint8)
+
+
+gym.register("Clips-v0", entry_point=Clips, max_episode_steps=10)

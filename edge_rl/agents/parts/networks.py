@@ -1,4 +1,5 @@
-"""Networks built from plain Dense layers, each wrapped for pruning (TFMOT) when sparse.
+"""Networks built from plain Dense layers, each wrapped for pruning (TFMOT) when sparse, after a
+convolutional encoder when observations are images.
 
 TF-Agents' own ActorNetwork, CriticNetwork and ActorDistributionNetwork create their Dense
 layers internally; these keep the layers in view and give the exported Keras model the same
@@ -12,6 +13,7 @@ from tf_agents.distributions import utils as distribution_utils
 from tf_agents.networks import network, sequential
 from tf_agents.specs import distribution_spec, tensor_spec
 
+from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import LOG_STD_MAX, LOG_STD_MIN  # one clip, both sides
 from edge_rl.device.observations import ObservationSpec
 from edge_rl.sparse.masks import dense, unwrap
@@ -20,6 +22,44 @@ from edge_rl.tf_setup import tf
 
 def dense_stack(hidden: tuple[int, ...], name: str, sparse: bool) -> list:
     return [dense(units, "relu", f"{name}_dense_{i}", sparse) for i, units in enumerate(hidden)]
+
+
+# Convolutional encoders, (filters, kernel, stride) per ReLU layer. Frames of Atari's size get
+# the Nature DQN's (Mnih et al., 2015); small ones, such as MinAtar's 10x10, the MinAtar
+# paper's single 3x3 layer of 16 filters at stride 1 (Young & Tian, 2019), which the Nature
+# one's 8x8 stride-4 first layer would reduce to a couple of pixels.
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+SMALL_CONVS = ((16, 3, 1),)
+NATURE_MIN_SIDE = 36  # the Nature stack's smallest input: 36 -> 8 -> 3 -> 1
+
+
+def image_encoder(observation: ObservationSpec, name: str, sparse: bool) -> list:
+    """Layers from a batch of images, as their kind stores them, to one flat feature vector:
+    scaled to [0, 1] inside the network (so a policy file takes the env's raw bytes), then
+    convolutions, then flattened. Dense (not sparse) layers only, for now."""
+    if sparse:
+        raise UserError("sparse networks for image observations are not supported yet "
+                        "(drop --sparsity and --topology)")
+    shape = observation.shape
+    layers = []
+    if len(shape) == 2:  # grayscale frames without a channel axis
+        layers.append(tf.keras.layers.Reshape((*shape, 1), name=f"{name}_channels"))
+    scale = 1.0 / observation.kind.value_max
+    layers.append(tf.keras.layers.Lambda(lambda x: tf.cast(x, tf.float32) * scale,
+                                         name=f"{name}_scale"))
+    convs = NATURE_CONVS if min(shape[:2]) >= NATURE_MIN_SIDE else SMALL_CONVS
+    for i, (filters, kernel, stride) in enumerate(convs):
+        layers.append(tf.keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu",
+                                             name=f"{name}_conv_{i}"))
+    layers.append(tf.keras.layers.Flatten(name=f"{name}_flatten"))
+    return layers
+
+
+def vector_only(observation: ObservationSpec, algo: str) -> None:
+    """Refuse image observations, in one line, for an algorithm without an image encoder."""
+    if observation.is_image:
+        raise UserError(f"{algo} does not take image observations yet ({observation.kind.name} "
+                        f"of shape {list(observation.shape)}); use --algo dqn")
 
 
 class DuelingQNetwork(network.Network):
@@ -32,9 +72,14 @@ class DuelingQNetwork(network.Network):
     """
 
     def __init__(self, observation_spec, num_actions: int, hidden: tuple[int, ...],
-                 sparse: bool = False, name: str = "DuelingQNetwork"):
+                 sparse: bool = False, name: str = "DuelingQNetwork",
+                 observation: ObservationSpec | None = None):
         super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
-        self.trunk = dense_stack(hidden[:-1], "q_trunk", sparse)
+        # Images go through a convolutional encoder first. It is made here, not passed in:
+        # TF-Agents makes the target network by calling this constructor again.
+        encoder = (image_encoder(observation, "q_encoder", sparse)
+                   if observation is not None and observation.is_image else [])
+        self.trunk = [*encoder, *dense_stack(hidden[:-1], "q_trunk", sparse)]
         self.value_layers = dense_stack(hidden[-1:], "q_value", sparse) + [
             dense(1, None, "q_value_out", sparse)
         ]
