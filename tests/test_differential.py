@@ -95,14 +95,17 @@ def exports(tmp_path_factory) -> Exports:
 
 
 def plain_interpreter(runtime: str, model: bytes) -> Callable[[np.ndarray], np.ndarray]:
-    """`model`'s first output for one observation, by `runtime` alone."""
+    """`model`'s first output for one observation, by `runtime` alone, fed in the dtype the
+    file's input declares (what the env gives: float vectors, uint8 frames)."""
     if runtime == "tflite_micro":
         from tflite_micro.python.tflite_micro import runtime as micro
 
         interpreter = micro.Interpreter.from_bytes(model, arena_size=1 << 21)
 
+        dtype = interpreter.get_input_details(0)["dtype"]
+
         def run_micro(observation: np.ndarray) -> np.ndarray:
-            interpreter.set_input(observation[None].astype(np.float32), 0)
+            interpreter.set_input(observation[None].astype(dtype), 0)
             interpreter.invoke()
             return np.array(interpreter.get_output(0)[0])
 
@@ -111,10 +114,11 @@ def plain_interpreter(runtime: str, model: bytes) -> Callable[[np.ndarray], np.n
         model_content=model)
     interpreter.allocate_tensors()
     source = interpreter.get_input_details()[0]["index"]
+    dtype = interpreter.get_input_details()[0]["dtype"]  # float32; uint8 for frames
     sink = interpreter.get_output_details()[0]["index"]
 
     def run(observation: np.ndarray) -> np.ndarray:
-        interpreter.set_tensor(source, observation[None].astype(np.float32))
+        interpreter.set_tensor(source, observation[None].astype(dtype))
         interpreter.invoke()
         return interpreter.get_tensor(sink)[0].copy()
 
@@ -215,12 +219,14 @@ def test_int8_file_in_a_plain_runtime_holds_the_tolerances(case, runtime, export
     assert gap is None, gap
 
 
-@pytest.mark.parametrize("case", ["dqn-cartpole", "td3-pendulum"])
-def test_tflm_export_writes_c_source(case, exports, tmp_path):
+@pytest.mark.parametrize(("case", "input_type"), [("dqn-cartpole", "kTfLiteFloat32"),
+                                                  ("td3-pendulum", "kTfLiteFloat32"),
+                                                  ("free-dqn-brightpatch", "kTfLiteUInt8")])
+def test_tflm_export_writes_c_source(case, input_type, exports, tmp_path):
     lines = exports.exporter(case).write("tflm", str(tmp_path / "policy.cc"))
     assert (tmp_path / "policy.cc").is_file() and (tmp_path / "policy.h").is_file(), lines
     header = (tmp_path / "policy.h").read_text()
-    assert "ARENA_SIZE" in header and "kTfLiteFloat32" in header
+    assert "ARENA_SIZE" in header and input_type in header
 
 
 def test_a_sac_file_for_the_edge_tpu_loads_and_holds_the_tolerances(exports, tmp_path):

@@ -44,11 +44,13 @@ CASES = {
     "d4pg-pendulum": ("--algo", "d4pg", *PENDULUM, *D4PG_SUPPORT, "--seed", "7"),
     "d4pg-pendulum-sparse": ("--algo", "d4pg", *PENDULUM, *D4PG_SUPPORT, *SPARSE, "--seed", "8"),
 }
-# Trained by the test itself, every time: runs as a user's are, free-running and new. Both
-# continuous: a DQN CartPole int8 file agrees with fp32 on 95% to 100% of held-out states
+# Trained by the test itself, every time: runs as a user's are, free-running and new. No
+# CartPole among them: a DQN CartPole int8 file agrees with fp32 on 95% to 100% of held-out states
 # (int8 rounding flips near-ties), on both sides of the export's 97% line, so a new DQN run
 # would pass or be refused by chance (8k-step runs: 99.45, 100, 99.25, 99.15 and once 96.3%).
-# The shipped DQN cases are fixed data; test_training exports a lockstep DQN run.
+# The shipped DQN cases are fixed data; test_training exports a lockstep DQN run. BrightPatch's
+# Q-values are a point apart between the paying quadrant and the others, far wider than int8's
+# rounding.
 # The actor may run at most 500 updates ahead: the default 2000 is a third of these runs, so
 # on a loaded machine a run could end with little over half its updates and a policy too
 # untrained for the export check's comparison to mean anything.
@@ -58,6 +60,9 @@ FREE_RUNNING = {
                           *FREE_LAG),
     "free-sac-pendulum": ("--algo", "sac", *PENDULUM[:-2], "--steps", "6000", "--seed", "13",
                           *FREE_LAG),
+    # frames: a CNN, uint8 in, no CAST (test_pixels trains it to the end; this one is short)
+    "free-dqn-brightpatch": ("--algo", "dqn", "--env", "EdgeRL/BrightPatch-v0", "--steps", "6000",
+                             "--seed", "14", *FREE_LAG),
 }
 EVALUATION = ("--eval-every", "2500", "--eval-episodes", "5")
 KEPT = ("config.json", "best")  # what `edge-rl export` reads of a run
