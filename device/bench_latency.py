@@ -3,8 +3,8 @@ machine, through the device runtime (edge_rl.device.policy), as an actor with on
 
 Each call is `Policy.outputs` on a batch of one: the observation set into the interpreter
 (quantized first for a fully integer file), `invoke`, the outputs read back as float32.
-Observations are random normal rows of the policy's observation shape: a dense network's
-time does not depend on the values.
+Observations are random rows of the policy's observation shape (normal for float vectors,
+0..value_max for frames and planes): a dense network's time does not depend on the values.
 """
 
 from __future__ import annotations
@@ -48,9 +48,13 @@ class Latency:
 def time_invokes(policy: Policy, invokes: int, warmup: int, seed: int = 0) -> np.ndarray:
     """Seconds of each of `invokes` batch-1 calls of `policy.outputs`, after `warmup` untimed
     ones."""
-    shape = tuple(policy.metadata.observation_shape)
-    rows = np.random.default_rng(seed).standard_normal((min(invokes, 256), 1, *shape))
-    rows = rows.astype(np.float32)
+    shape = (min(invokes, 256), 1, *policy.metadata.observation_shape)
+    kind = policy.observation_kind
+    rng = np.random.default_rng(seed)
+    if kind.value_max is None:
+        rows = kind.as_stored(rng.standard_normal(shape))
+    else:
+        rows = kind.as_stored(rng.integers(0, int(kind.value_max) + 1, shape))
     for i in range(warmup):
         policy.outputs(rows[i % len(rows)])
     seconds = np.empty(invokes)

@@ -42,6 +42,10 @@ class ObservationKind:
     # The largest value an observation of this kind can hold where that is fixed by the kind
     # (255 for frames); None where it is not (vectors: their ranges are calibrated on data).
     value_max: float | None = None
+    # Whether each observation is sent and stored once: a step's next observation is the
+    # following step's observation, so for kilobyte frames batches and replay keep one copy.
+    # Vectors keep both (a few floats; old learners read them).
+    once: bool = False
 
     def accepts(self, space: Any) -> bool:
         """Whether this kind handles observations from `space` (a gymnasium space)."""
@@ -112,8 +116,8 @@ class Planes(ObservationKind):
 
 
 VECTOR = register_observation_kind(ObservationKind("vector", "float32"))
-FRAMES = register_observation_kind(Frames("frames", "uint8", value_max=255.0))
-PLANES = register_observation_kind(Planes("planes", "uint8", value_max=1.0))
+FRAMES = register_observation_kind(Frames("frames", "uint8", value_max=255.0, once=True))
+PLANES = register_observation_kind(Planes("planes", "uint8", value_max=1.0, once=True))
 
 
 def vector(shape: tuple[int, ...]) -> ObservationSpec:

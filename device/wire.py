@@ -52,6 +52,19 @@ def from_tensor(tensor: wire_pb2.Tensor, name: str) -> np.ndarray:
     return np.frombuffer(tensor.data, dtype=dtype).reshape(shape)
 
 
+def predecessors(episode_id: np.ndarray, episode_step: np.ndarray, ended: np.ndarray
+                 ) -> np.ndarray:
+    """For each row of a batch, the row holding its episode's previous step when that step is
+    in the batch and did not end the episode (its next observation is this row's observation);
+    -1 otherwise. Rows of several episodes may interleave (an actor steps several envs)."""
+    order = np.lexsort((episode_step, episode_id))  # by episode, then step
+    episode, step = episode_id[order], episode_step[order]
+    follows = (episode[1:] == episode[:-1]) & (step[1:] == step[:-1] + 1) & ~ended[order][:-1]
+    previous = np.full(len(order), -1, np.int64)
+    previous[order[1:][follows]] = order[:-1][follows]
+    return previous
+
+
 @dataclass
 class Transitions:
     """A batch of one actor's transitions, in the order they happened."""
@@ -85,6 +98,12 @@ def encode_batch(
 ) -> bytes:
     t = transitions
     extra = {}
+    observation = observation_kind.as_stored(t.observation)
+    if observation_kind.once:  # send only the observations no earlier row's next one gives
+        rows = np.flatnonzero(predecessors(t.episode_id, t.episode_step,
+                                           t.terminated | t.truncated) < 0)
+        observation = observation[rows]
+        extra["observation_rows"] = to_tensor(rows.astype(np.int64))
     if costs is not None:
         if costs.energy_method:
             extra["energy"] = wire_pb2.EnergyReport(
@@ -98,7 +117,7 @@ def encode_batch(
         incarnation=incarnation,
         seq=seq,
         policy_version=policy_version,
-        observation=to_tensor(observation_kind.as_stored(t.observation)),
+        observation=to_tensor(observation),
         next_observation=to_tensor(observation_kind.as_stored(t.next_observation)),
         action=to_tensor(t.action),
         deterministic_action=to_tensor(t.deterministic_action),
@@ -162,6 +181,16 @@ def batch_costs(batch: wire_pb2.TrajectoryBatch) -> BatchCosts:
     )
 
 
+def _checked(name: str, array: np.ndarray, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    if array.dtype != np.dtype(dtype):
+        raise BatchError(f"{name}: dtype {array.dtype.name}, expected {dtype}")
+    if array.shape != shape:
+        raise BatchError(f"{name}: shape {list(array.shape)}, expected {list(shape)}")
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+        raise BatchError(f"{name}: holds non-finite values")
+    return array
+
+
 def validate_batch(
     batch: wire_pb2.TrajectoryBatch,
     observation_shape: tuple[int, ...],
@@ -169,33 +198,20 @@ def validate_batch(
     observation_dtype: str = VECTOR.stored_dtype,
 ) -> Transitions:
     """Check a batch against the run's specs (observations stored as their kind stores them,
-    edge_rl.device.observations) and return it as arrays."""
-    obs = from_tensor(batch.observation, "observation")
-    n = obs.shape[0] if obs.ndim else -1
+    edge_rl.device.observations) and return it as arrays, observations rebuilt in full."""
+    next_obs = from_tensor(batch.next_observation, "next_observation")
+    n = next_obs.shape[0] if next_obs.ndim else -1
     if n <= 0:
         raise BatchError("batch has no transitions")
-
-    def check(name, array, dtype, shape):
-        if array.dtype != np.dtype(dtype):
-            raise BatchError(f"{name}: dtype {array.dtype.name}, expected {dtype}")
-        if array.shape != shape:
-            raise BatchError(f"{name}: shape {list(array.shape)}, expected {list(shape)}")
-        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-            raise BatchError(f"{name}: holds non-finite values")
-        return array
-
+    check = _checked
     if action["kind"] == "discrete":
         action_dtype, action_shape = "int64", (n,)
     else:
         action_dtype, action_shape = "float32", (n, *action["shape"])
+    next_obs = check("next_observation", next_obs, observation_dtype, (n, *observation_shape))
     t = Transitions(
-        observation=check("observation", obs, observation_dtype, (n, *observation_shape)),
-        next_observation=check(
-            "next_observation",
-            from_tensor(batch.next_observation, "next_observation"),
-            observation_dtype,
-            (n, *observation_shape),
-        ),
+        observation=next_obs,  # set below
+        next_observation=next_obs,
         action=check("action", from_tensor(batch.action, "action"), action_dtype, action_shape),
         deterministic_action=check(
             "deterministic_action",
@@ -215,12 +231,42 @@ def validate_batch(
             "episode_step", from_tensor(batch.episode_step, "episode_step"), "int64", (n,)
         ),
     )
+    t.observation = _observations(batch, t, observation_dtype, observation_shape)
     if action["kind"] == "discrete":
         if np.any(t.action < 0) or np.any(t.action >= action["n"]):
             raise BatchError(f"action: values outside [0, {action['n']})")
     if not all(math.isfinite(r) for r in batch.episode_returns):
         raise BatchError("episode_returns: holds non-finite values")
     return t
+
+
+def _observations(batch: wire_pb2.TrajectoryBatch, t: Transitions, dtype: str,
+                  shape: tuple[int, ...]) -> np.ndarray:
+    """The batch's observations [n, *shape]: as sent, or, where only some rows were
+    (`observation_rows`), the others from their episode's previous next_observation."""
+    n = len(t)
+    sent = from_tensor(batch.observation, "observation")
+    if not batch.HasField("observation_rows"):
+        rows = np.arange(n)
+    else:
+        rows = from_tensor(batch.observation_rows, "observation_rows")
+        if rows.dtype != np.int64 or rows.ndim != 1 or (
+                len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0))):
+            raise BatchError(f"observation_rows: not ascending int64 row numbers below {n}")
+    sent = _checked("observation", sent, dtype, (len(rows), *shape))
+    if len(rows) == n:
+        return sent
+    previous = predecessors(t.episode_id, t.episode_step, t.terminated | t.truncated)
+    missing = np.ones(n, bool)
+    missing[rows] = False
+    if np.any(previous[missing] < 0):
+        row = int(np.flatnonzero(missing & (previous < 0))[0])
+        raise BatchError(f"observation: row {row} is neither sent nor the next observation "
+                         "of an earlier row")
+    observation = np.empty((n, *shape), dtype)
+    observation[rows] = sent
+    observation[missing] = t.next_observation[previous[missing]]
+    return observation
 
 
 def policy_chunks(version: int, model: bytes) -> Iterator[wire_pb2.PolicyChunk]:

@@ -101,21 +101,29 @@ def test_the_shipped_file_plays_from_raw_frames_in_any_runtime(run, runtime):
 
 
 @pytest.mark.slow
-def test_frames_stay_uint8_on_the_wire_and_in_replay(run):
+def test_frames_stay_uint8_and_once_on_the_wire_and_in_replay(run):
     from edge_rl.device.wire import decode_batch, from_tensor
     from edge_rl.transport.replay_log import read_records
 
-    _, payload = next(read_records(run / "replay-log"))
-    batch = decode_batch(payload)
-    for name in ("observation", "next_observation"):
-        frames = from_tensor(getattr(batch, name), name)
-        assert frames.dtype == np.uint8 and frames.shape[1:] == (16, 16, 1)
-    # a frame is 256 bytes on the wire: the batch is not float32 (1 KiB a frame)
-    assert len(payload) < 2 * 16 * 16 * len(frames) + 64 * len(frames) + 1024
+    frame = 16 * 16  # bytes
+    for _, payload in read_records(run / "replay-log"):
+        batch = decode_batch(payload)
+        sent = {name: from_tensor(getattr(batch, name), name)
+                for name in ("observation", "next_observation")}
+        n = len(sent["next_observation"])
+        assert all(f.dtype == np.uint8 and f.shape[1:] == (16, 16, 1) for f in sent.values())
+        # every row's next frame, and a frame of its own only where a 16-frame episode starts
+        # (or the batch does): not two frames a row, nor 4-byte floats
+        assert len(sent["observation"]) <= n / 16 + 2
+        assert len(payload) < (n + n / 16 + 2) * frame + 64 * n
     checkpoint = (run / "checkpoints" / "latest").read_text().strip()
     with np.load(run / "checkpoints" / checkpoint / "replay.npz") as replay:
+        stored = len(replay["observation"])
         assert replay["observation"].dtype == np.uint8
         assert replay["observation"].shape[1:] == (16, 16, 1)
+        assert "next_observation" not in replay
+        # one frame a transition, plus one for each episode's last (and each open one's)
+        assert len(replay["final_observations"]) <= stored / 16 + 2
 
 
 def image_network(shape: tuple[int, ...], n_actions: int = 4):

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from support.frames import frame_batches
 
 from edge_rl.device.wire import Transitions
 from edge_rl.replay.buffer import Replay
@@ -188,3 +189,49 @@ def test_insert_links_like_one_transition_at_a_time(capacity):
         for name in ("successor", "episode_id", "episode_step", "actor_key"):
             np.testing.assert_array_equal(replay.data[name], reference.data[name])
         assert (replay.start, replay.size) == (reference.start, reference.size)
+
+
+# -- each frame stored once ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("capacity", [10_000, 250])  # 250: the ring wraps many times
+def test_frames_stored_once_sample_as_frames_stored_twice(capacity, tmp_path):
+    """A replay keeping each frame once gives the same samples as one keeping every
+    transition's next frame, through ring overwrites, dropping, a save and a load."""
+    def replay(once: bool) -> Replay:
+        return Replay(capacity, (16, 16, 1), (), "int64", gamma=0.9, nstep=3, seed=7,
+                      observation_dtype="uint8", once=once)
+
+    twice, once = replay(False), replay(True)
+    batches = frame_batches(40)
+    for i, b in enumerate(batches):
+        actor = i % 2  # two actors' batches interleave, each its own episodes
+        twice.insert(actor, b)
+        once.insert(actor, b)
+        if i == 30:
+            twice.drop_oldest(100)
+            once.drop_oldest(100)
+    once.save(tmp_path / "replay.npz")
+    loaded = replay(True)
+    loaded.load(tmp_path / "replay.npz")
+    expected = twice.sample(512)
+    for candidate in (once, loaded):
+        got = candidate.sample(512)
+        for name in expected:
+            np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    assert "next_observation" not in once.data
+
+
+def test_a_frame_costs_one_copy_per_transition_plus_one_per_episode():
+    replay = Replay(10_000, (16, 16, 1), (), "int64", gamma=0.9, nstep=1, seed=0,
+                    observation_dtype="uint8", once=True)
+    batches = frame_batches(30, num_envs=2, batch_size=50)  # batches cut episodes
+    for b in batches:
+        replay.insert(0, b)
+    frame = 16 * 16
+    transitions = sum(len(b) for b in batches)
+    episodes = sum(int((b.terminated | b.truncated).sum()) for b in batches)
+    kept = len(replay.final_observations)
+    assert replay.data["observation"].nbytes == replay.capacity * frame
+    assert kept <= episodes + 2  # the ended episodes' last frames, and one open tail an env
+    assert kept * frame <= transitions * frame / 16 + 2 * frame  # 16-frame episodes

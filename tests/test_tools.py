@@ -102,6 +102,16 @@ def actorq_compare_plans_every_suite(result: subprocess.CompletedProcess, tmp: P
     assert not any(tmp.iterdir()), "a dry run writes nothing"
 
 
+def bench_pixels_timed_both_cnns_at_every_precision(result: subprocess.CompletedProcess,
+                                                    tmp: Path) -> None:
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ")][2:]
+    assert len(rows) == 10, result.stdout  # 2 CNNs x (TF-Agents + 4 precisions)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[3]) > 0 and float(cells[4]) > 0, row
+    assert result.stdout.count("Edge TPU check: passes") == 2, result.stdout
+
+
 def stubs_match_the_proto(result: subprocess.CompletedProcess, tmp: Path) -> None:
     assert "match device/wire.proto" in result.stdout
 
@@ -144,6 +154,8 @@ TOOLS_TABLE: dict[str, Runs | RunElsewhere | Helper] = {
                             bench_ingest_ran_every_phase, timeout=300, slow=True),
     "bench_loop.py": Runs((PY, "{tool}", "--quick", "--json", "{tmp}/loop.json"),
                           bench_loop_measured_every_part, timeout=300, slow=True),
+    "bench_pixels.py": Runs((PY, "{tool}", "--quick"),
+                            bench_pixels_timed_both_cnns_at_every_precision, timeout=300),
     "bench_sparse.py": RunElsewhere("test_bench_sparse.py"),
     "bench_startup.py": RunElsewhere("test_learning_tools.py"),
     "cartpole_vs_tf_agents.py": Runs((PY, "{tool}", "--dry-run", "--seeds", "0", "1", "--out",

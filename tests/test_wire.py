@@ -129,3 +129,31 @@ def test_policy_chunks_are_at_most_one_mib_and_carry_sha256():
     with pytest.raises(BatchError, match="damaged"):
         assemble_policy(chunks)
     assert assemble_policy([]) is None
+
+
+def test_frames_go_on_the_wire_once():
+    """An image batch sends each frame once: every row's next frame, and a row's own frame
+    only where no earlier row's next frame gives it (episode starts, the batch's first rows);
+    the learner rebuilds the rest, and refuses a batch that leaves a row without one."""
+    from support.frames import frame_batches
+
+    from edge_rl.device.observations import FRAMES
+
+    batch = frame_batches(3, num_envs=3, batch_size=60)[2]
+    spec = ((16, 16, 1), {"kind": "discrete", "n": 4}, "uint8")
+    data = encode(batch, observation_kind=FRAMES)
+    message = decode_batch(data)
+    sent_rows = message.observation_rows.shape[0]
+    episodes = len(np.unique(batch.episode_id))
+    assert sent_rows <= episodes  # one frame per episode piece in the batch, not one per row
+    assert len(data) < (len(batch) + episodes) * 256 + 64 * len(batch)
+    back = validate_batch(message, *spec)
+    np.testing.assert_array_equal(back.observation, batch.observation)
+    np.testing.assert_array_equal(back.next_observation, batch.next_observation)
+
+    rows = np.frombuffer(message.observation_rows.data, np.int64)
+    tampered = decode_batch(data)  # row 0's frame left out: no earlier row gives it
+    tampered.observation_rows.CopyFrom(to_tensor(rows[1:]))
+    tampered.observation.CopyFrom(to_tensor(back.observation[rows[1:]]))
+    with pytest.raises(BatchError, match="neither sent nor"):
+        validate_batch(tampered, *spec)

@@ -95,6 +95,7 @@ class Training:
             nstep=config.nstep,
             seed=config.seed,
             observation_dtype=self.observation.dtype,
+            once=self.observation.kind.once,
         )
         self.state = RunState()
         if resume:

@@ -9,6 +9,12 @@ With n steps and discount gamma, a sample's reward is sum_k gamma^k r_k over the
 that exist, and its discount is gamma^(k-1) (0 if the last step terminated), so that a
 TF-Agents agent, which bootstraps with gamma * discount * Q(next), uses gamma^k. Rewards stop
 at episode ends; truncation bootstraps, termination does not.
+
+With `once` (image observations: edge_rl.device.observations), each observation is stored
+once: a transition's next observation is its successor's observation, and only transitions
+without a successor (an episode's last, or the newest of an episode still running) keep theirs,
+in `final_observations`, until a successor arrives. Frames then cost one copy per transition
+plus one per episode, not two per transition.
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ class Replay(ReplayBuffer):
         nstep: int = 1,
         seed: int = 0,
         observation_dtype: str = VECTOR.stored_dtype,  # as the observation kind stores them
+        once: bool = False,  # each observation stored once (the kind's `once`)
     ):
         self.capacity = int(capacity)
+        self.once = once
         self.gamma = float(gamma)
         self.nstep = int(nstep)
         self.rng = np.random.default_rng(seed)
@@ -58,6 +66,10 @@ class Replay(ReplayBuffer):
             "episode_step": ((), np.int64),
             "successor": ((), np.int64),
         }
+        if once:
+            del self._shapes["next_observation"]
+        # position -> next observation, for stored transitions without a successor (`once`)
+        self.final_observations: dict[int, np.ndarray] = {}
         self.data = self._allocate(self.capacity)
         self.start = 0  # position of the oldest transition
         self.size = 0
@@ -95,9 +107,11 @@ class Replay(ReplayBuffer):
         slices = [(slice(begin, begin + head), slice(0, head)),
                   (slice(0, n - head), slice(head, n))]
         d = self.data
+        stored = [name for name in ("observation", "next_observation", "action",
+                                    "deterministic_action", "reward", "terminated", "truncated",
+                                    "episode_id", "episode_step") if name in d]
         for ring, batch in slices:
-            for name in ("observation", "next_observation", "action", "deterministic_action",
-                         "reward", "terminated", "truncated", "episode_id", "episode_step"):
+            for name in stored:
                 d[name][ring] = getattr(transitions, name)[batch]
             d["actor_key"][ring] = actor_key
             d["successor"][ring] = -1
@@ -120,12 +134,22 @@ class Replay(ReplayBuffer):
             previous = self._tails.pop(key, None)
             if previous is not None and self._holds(previous, key, step[first] - 1):
                 d["successor"][previous] = position[first]
+                self.final_observations.pop(previous, None)  # its successor holds it now
             if not closes[final]:
                 self._tails[key] = int(position[final])
         # Within the batch: link each transition to the next one of its episode unless it
         # ended the episode or a step is missing between them.
         link = (episode[1:] == episode[:-1]) & ~closes[:-1] & (step[1:] == step[:-1] + 1)
         d["successor"][position[:-1][link]] = position[1:][link]
+        if self.once:
+            # overwritten slots lose their kept observations; the batch's transitions without
+            # a successor keep theirs
+            for slot in positions.tolist():
+                self.final_observations.pop(slot, None)
+            unlinked = np.concatenate((~link, [True]))  # in episode-sorted order
+            for row, slot in zip(order[unlinked].tolist(), position[unlinked].tolist(),
+                                 strict=True):
+                self.final_observations[slot] = transitions.next_observation[row].copy()
 
     def _holds(self, position: int, key: tuple[int, int], step: int) -> bool:
         d = self.data
@@ -167,8 +191,20 @@ class Replay(ReplayBuffer):
             "action": d["action"][index],
             "reward": reward.astype(np.float32),
             "discount": discount.astype(np.float32),
-            "next_observation": d["next_observation"][last],
+            "next_observation": self.next_observations(last),
         }
+
+    def next_observations(self, positions: np.ndarray) -> np.ndarray:
+        """The next observation of the transition at each of `positions`."""
+        d = self.data
+        if not self.once:
+            return d["next_observation"][positions]
+        following = d["successor"][positions]
+        # a successor is newer than its transition, so it is stored while the transition is
+        next_observation = d["observation"][np.maximum(following, 0)]
+        for i in np.flatnonzero(following < 0).tolist():
+            next_observation[i] = self.final_observations[int(positions[i])]
+        return next_observation
 
     def recent_observations(self, n: int) -> np.ndarray:
         """The newest `n` observations (for calibrating int8 policies)."""
@@ -192,6 +228,8 @@ class Replay(ReplayBuffer):
         """Forget the oldest `n` transitions; the capacity stays. Successor links only point
         forward in time, so no kept transition loses one."""
         n = max(0, min(int(n), self.size))
+        for slot in self.positions()[:n].tolist():
+            self.final_observations.pop(slot, None)
         self.start = (self.start + n) % self.capacity
         self.size -= n
 
@@ -202,11 +240,17 @@ class Replay(ReplayBuffer):
         order = self.positions()
         remap = np.full(self.capacity, -1, np.int64)
         remap[order] = np.arange(self.size)
-        arrays = {name: self.data[name][order] for name in _FIELDS}
+        arrays = {name: self.data[name][order] for name in _FIELDS if name in self.data}
         successor = arrays["successor"]
         arrays["successor"] = np.where(successor >= 0, remap[np.maximum(successor, 0)], -1)
         tails = [(k[0], k[1], int(remap[p])) for k, p in self._tails.items() if remap[p] >= 0]
         arrays["tails"] = np.asarray(tails, np.int64).reshape(-1, 3)
+        if self.once:
+            kept = sorted(self.final_observations)
+            arrays["final_positions"] = remap[np.asarray(kept, np.int64)]
+            arrays["final_observations"] = np.stack(
+                [self.final_observations[p] for p in kept]) if kept else np.zeros(
+                (0, *self._shapes["observation"][0]), self._shapes["observation"][1])
         arrays["counters"] = np.asarray([self.capacity, self.inserted_total], np.int64)
         arrays["rng_state"] = np.frombuffer(repr(self.rng.bit_generator.state).encode(), np.uint8)
         with open(path, "wb") as f:
@@ -221,7 +265,12 @@ class Replay(ReplayBuffer):
             self.capacity = max(capacity, n)
             self.data = self._allocate(self.capacity)
             for name in _FIELDS:
-                self.data[name][:n] = saved[name]
+                if name in self.data:
+                    self.data[name][:n] = saved[name]
+            if self.once:
+                self.final_observations = {
+                    int(p): o for p, o in zip(saved["final_positions"],
+                                              saved["final_observations"], strict=True)}
             self.start, self.size = 0, n
             self._tails = {(int(a), int(e)): int(p) for a, e, p in saved["tails"]}
             self.rng.bit_generator.state = ast.literal_eval(saved["rng_state"].tobytes().decode())
