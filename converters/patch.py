@@ -3,10 +3,11 @@
 A run's actor network keeps its graph for the whole run; only its weights change between
 broadcasts. So `PolicyPatcher` converts the network once (the template) and makes each new
 policy file by copying the template's bytes and overwriting, at offsets found once:
-  * each FULLY_CONNECTED op's weights and bias: for int8 quantized in numpy the way TFLite's
-    quantizer does it (symmetric int8 weights, per tensor or per output channel as the
-    template has them; int32 bias at scale input_scale * weight_scale), otherwise cast to the
-    stored float type;
+  * each FULLY_CONNECTED and CONV_2D op's weights and bias: for int8 quantized in numpy the
+    way TFLite's quantizer does it (symmetric int8 weights, per tensor or per output channel
+    as the template has them; int32 bias at scale input_scale * weight_scale), otherwise cast
+    to the stored float type; an image network's 1 / value_max, which the converter folds
+    into its first convolution, folded the same way;
   * for int8, every activation's (scale, zero point), from its min and max over the
     calibration observations. The values come from an fp32 twin of the network, patched the
     same way, whose every intermediate tensor is a graph output (so none is computed in place
@@ -48,6 +49,7 @@ from edge_rl.converters.flatbuffer import (
     text,
 )
 from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert, input_scales
+from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.device.tflite_file import buffer_span, quantization_spans
 from edge_rl.tf_setup import tf
@@ -55,7 +57,8 @@ from edge_rl.tf_setup import tf
 _OP = schema.BuiltinOperator
 _TYPE = schema.TensorType
 # Ops whose int8 output range is calibrated from the data (min and max, widened to hold 0).
-_CALIBRATED = {_OP.QUANTIZE, _OP.FULLY_CONNECTED, _OP.ADD, _OP.SUB, _OP.MUL, _OP.MEAN, _OP.SUM}
+_CALIBRATED = {_OP.QUANTIZE, _OP.FULLY_CONNECTED, _OP.CONV_2D, _OP.ADD, _OP.SUB, _OP.MUL,
+               _OP.MEAN, _OP.SUM}
 # Elementwise ops that the quantizer sometimes gives their first input's range.
 _KEEPS_INPUT_RANGE = {_OP.ADD, _OP.SUB, _OP.MUL}
 # Ops whose int8 output range TFLite fixes whatever the data (tanh: 1/128, logistic: 1/256).
@@ -79,6 +82,10 @@ JUDGED_ROWS = 500  # calibration rows the ways are compared (and the bias means 
 # Correct each int8 layer's bias for the mean error its rounded weights make (`corrected_bias`).
 BIAS_CORRECTION = True
 _RELU_OR_NONE = (schema.ActivationFunctionType.NONE, schema.ActivationFunctionType.RELU)
+# The layers whose weights the patcher writes, and the op that holds each in the file.
+_LAYER_OPS = {tf.keras.layers.Dense: _OP.FULLY_CONNECTED, tf.keras.layers.Conv2D: _OP.CONV_2D}
+# Ops whose int8 output takes its input's (scale, zero point) as it is.
+_PASSES_INPUT_RANGE = {_OP.RESHAPE}
 
 
 class NotPatchable(ValueError):
@@ -96,10 +103,11 @@ class _Stored:
 
 
 @dataclass
-class _Dense:
-    """One FULLY_CONNECTED op and the Keras layer whose kernel and bias it holds."""
+class _Weighted:
+    """One FULLY_CONNECTED or CONV_2D op and the Keras layer whose kernel and bias it holds."""
 
     layer: Any
+    to_stored: Any  # Keras kernel -> the op's weights, as the file holds them
     weight: _Stored
     bias: _Stored
     input_tensor: int
@@ -121,25 +129,29 @@ class _Activation:
 class _Layout:
     """Where a converted model keeps what the patcher rewrites."""
 
-    def __init__(self, flat: bytes, dense_layers: list):
+    def __init__(self, flat: bytes, layers: list, input_fold: float):
         self.flat = flat
         self.model = read_model(flat)
         self.graph = self.model.subgraphs[0]
         producer = {int(out): op for op in self.graph.operators for out in op.outputs}
-        fc_ops = [op for op in self.graph.operators
-                  if builtin(self.model, op) == _OP.FULLY_CONNECTED]
-        if len(fc_ops) != len(dense_layers):
-            raise NotPatchable(f"{len(fc_ops)} FULLY_CONNECTED ops for {len(dense_layers)} "
-                               "Dense layers")
-        self.dense = []
-        for op, layer in zip(fc_ops, dense_layers, strict=True):
+        weighted_ops = [op for op in self.graph.operators
+                        if builtin(self.model, op) in _LAYER_OPS.values()]
+        if len(weighted_ops) != len(layers):
+            raise NotPatchable(f"{len(weighted_ops)} FULLY_CONNECTED and CONV_2D ops for "
+                               f"{len(layers)} Dense and Conv2D layers")
+        self.weighted = []
+        for i, (op, layer) in enumerate(zip(weighted_ops, layers, strict=True)):
+            if builtin(self.model, op) != _LAYER_OPS[type(layer)]:
+                raise NotPatchable(f"{layer.name} is not where the file has its op")
             inputs = [int(i) for i in op.inputs]
             if len(inputs) < 3 or inputs[2] < 0:
                 raise NotPatchable(f"the converter dropped the bias of {layer.name}")
             weight = self.stored(inputs[1], producer)
             bias = self.stored(inputs[2], producer)
             activation = getattr(op.builtinOptions, "fusedActivationFunction", 0)
-            self.dense.append(_Dense(layer, weight, bias, inputs[0], activation))
+            fold = input_fold if i == 0 else 1.0
+            self.weighted.append(_Weighted(layer, _stored_form(layer, fold), weight, bias,
+                                           inputs[0], activation))
         self.metadata_data = self._metadata_span()
 
     def stored(self, index: int, producer: dict) -> _Stored:
@@ -180,16 +192,20 @@ class PolicyPatcher:
                  metadata: PolicyMetadata):
         self.precision = precision
         self.observation_shape = tuple(int(d) for d in metadata.observation_shape)
-        self.layers = [layer for layer in model.layers
-                       if isinstance(layer, tf.keras.layers.Dense)]
-        # Weights of any other layer (a convolution, a nested model) would stay as the first
-        # conversion had them in every file written, at every precision: refuse them here.
+        self.layers = [layer for layer in model.layers if type(layer) in _LAYER_OPS]
+        # Weights of any other layer (a depthwise convolution, a nested model) would stay as
+        # the first conversion had them in every file written, at every precision: refuse.
         for layer in model.layers:
-            if layer.weights and not isinstance(layer, tf.keras.layers.Dense):
+            if layer.weights and type(layer) not in _LAYER_OPS:
                 raise NotPatchable(f"{layer.name}: a {type(layer).__name__} layer with weights; "
-                                   "the patcher writes only Dense layers' weights")
+                                   "the patcher writes only Dense and Conv2D layers' weights")
         if not self.layers or any(not layer.use_bias for layer in self.layers):
-            raise NotPatchable("patching needs Dense layers with biases")
+            raise NotPatchable("patching needs Dense or Conv2D layers with biases")
+        # An image network scales its input by 1 / value_max before its first convolution;
+        # the converter folds that into the convolution's weights (checked below)
+        value_max = OBSERVATION_KINDS[metadata.observation].value_max
+        fold = 1.0 / value_max if value_max and isinstance(
+            self.layers[0], tf.keras.layers.Conv2D) else 1.0
         # A bias of exactly zero (as every bias starts) is dropped by the converter, leaving
         # nothing to patch later: convert with nonzero biases, then put the real ones back.
         real = [layer.get_weights() for layer in self.layers]
@@ -205,8 +221,8 @@ class PolicyPatcher:
             for layer, weights in zip(self.layers, real, strict=True):
                 layer.set_weights(weights)
         template = attach_metadata(template, metadata, spare_bytes=METADATA_SPARE_BYTES)
-        self.layout = _Layout(template, self.layers)
-        self.twin = _Layout(_all_tensors_as_outputs(twin), self.layers)
+        self.layout = _Layout(template, self.layers, fold)
+        self.twin = _Layout(_all_tensors_as_outputs(twin), self.layers, fold)
         self._check_numbers(self.layout, probes)
         self._check_numbers(self.twin, probes)
         if precision == "int8":
@@ -217,8 +233,8 @@ class PolicyPatcher:
 
     def _check_numbers(self, layout: _Layout, probes: list) -> None:
         """Each FULLY_CONNECTED op holds the kernel and bias of the layer matched to it."""
-        for dense, (kernel, bias) in zip(layout.dense, probes, strict=True):
-            for stored, expected in ((dense.weight, kernel.T), (dense.bias, bias)):
+        for dense, (kernel, bias) in zip(layout.weighted, probes, strict=True):
+            for stored, expected in ((dense.weight, dense.to_stored(kernel)), (dense.bias, bias)):
                 values = _read(layout.flat, stored)
                 if values.shape != expected.shape:
                     raise NotPatchable(f"{dense.layer.name}: stored values of shape "
@@ -244,12 +260,20 @@ class PolicyPatcher:
         float_outputs = {int(i): int(self.twin.graph.inputs[0]) for i in graph_inputs}
         plan: list[_Activation] = []
         k = 0
+        # integer observations (frames): the twin dequantizes them where the int8 file
+        # quantizes them over the kind's fixed range (converters.flatbuffer.integer_input)
+        if twin_ops and builtin(self.twin.model, twin_ops[0]) == _OP.DEQUANTIZE \
+                and int(twin_ops[0].inputs[0]) in set(self.twin.graph.inputs):
+            k = 1
         for op in graph.operators:
             code = builtin(model, op)
             out = int(op.outputs[0])
             if code == _OP.DEQUANTIZE:  # into the float output stage, or the output
                 continue
-            if code == _OP.QUANTIZE and int(op.inputs[0]) in float_outputs:
+            if code == _OP.QUANTIZE and int(op.inputs[0]) in graph_inputs \
+                    and graph.tensors[int(op.inputs[0])].type != _TYPE.FLOAT32:
+                rule, source = "fixed", -1
+            elif code == _OP.QUANTIZE and int(op.inputs[0]) in float_outputs:
                 rule, source = "data", float_outputs[int(op.inputs[0])]
             elif graph.tensors[out].type == _TYPE.FLOAT32:
                 # the float input layer or output stage: no int8 range; what it computes
@@ -266,6 +290,8 @@ class PolicyPatcher:
                 k += 1
                 if code in _FIXED_RANGE or out in bounded:
                     rule, source = "fixed", -1
+                elif code in _PASSES_INPUT_RANGE:
+                    rule, source = "input", int(op.inputs[0])
                 elif code in _KEEPS_INPUT_RANGE and _same_range(graph, out, int(op.inputs[0])):
                     # The quantizer gave this op its input's range (it does so for some
                     # elementwise ops with a constant operand): do as it did.
@@ -282,7 +308,7 @@ class PolicyPatcher:
         """The twin tensor of the first hidden activation when the float input layer computes
         it (ReLU or linear) and an int8 layer reads it: the activation `_balance` evens out.
         None for other networks."""
-        dense = self.layout.dense
+        dense = self.layout.weighted
         if len(dense) < 2 or dense[0].weight.dtype != np.float32 \
                 or dense[1].weight.dtype != np.int8 or dense[0].activation not in _RELU_OR_NONE:
             return None
@@ -307,8 +333,8 @@ class PolicyPatcher:
             rows = calibration_rows(calibration, self.observation_shape)
             out = self._best_int8(weights, rows, metadata.output)
         else:
-            for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
-                _write(out, dense.weight.data, kernel.T.astype(dense.weight.dtype))
+            for dense, (kernel, bias) in zip(self.layout.weighted, weights, strict=True):
+                _write(out, dense.weight.data, dense.to_stored(kernel).astype(dense.weight.dtype))
                 _write(out, dense.bias.data, bias.astype(dense.bias.dtype))
         text = metadata.to_json()
         start, room = self.layout.metadata_data
@@ -365,14 +391,15 @@ class PolicyPatcher:
             _write(out, (a.scale_at, 4), np.float32([scale]))
             _write(out, (a.zero_point_at, 8), np.int64([zero_point]))
         # 2. weights (symmetric int8) and biases (int32 at input scale x weight scale)
-        for dense, (kernel, bias) in zip(self.layout.dense, weights, strict=True):
+        for dense, (kernel, bias) in zip(self.layout.weighted, weights, strict=True):
             if dense.weight.dtype == np.float32:  # the float input layer or output stage
-                _write(out, dense.weight.data, kernel.T)
+                _write(out, dense.weight.data, dense.to_stored(kernel))
                 _write(out, dense.bias.data, bias)
                 continue
             per_channel = dense.weight.scale[1] > 1
-            q_weight, weight_scale = symmetric_int8(kernel.T, per_channel)
-            if BIAS_CORRECTION and dense.input_tensor in means:
+            q_weight, weight_scale = symmetric_int8(dense.to_stored(kernel), per_channel)
+            # the mean-error correction is a Dense layer's (one input mean per feature)
+            if BIAS_CORRECTION and dense.input_tensor in means and kernel.ndim == 2:
                 bias = corrected_bias(kernel, bias, q_weight, weight_scale,
                                       means[dense.input_tensor])
             bias_scale = (np.float64(params[dense.input_tensor][0])
@@ -406,14 +433,14 @@ class PolicyPatcher:
 
     def _twin_tensors(self, weights: list, rows: np.ndarray) -> dict[int, np.ndarray]:
         twin = bytearray(self.twin.flat)
-        for dense, (kernel, bias) in zip(self.twin.dense, weights, strict=True):
-            _write(twin, dense.weight.data, kernel.T.astype(np.float32))
+        for dense, (kernel, bias) in zip(self.twin.weighted, weights, strict=True):
+            _write(twin, dense.weight.data, dense.to_stored(kernel).astype(np.float32))
             _write(twin, dense.bias.data, bias)
         interpreter = tf.lite.Interpreter(model_content=bytes(twin))
-        index = interpreter.get_input_details()[0]["index"]
-        interpreter.resize_tensor_input(index, list(rows.shape))
+        source = interpreter.get_input_details()[0]
+        interpreter.resize_tensor_input(source["index"], list(rows.shape))
         interpreter.allocate_tensors()
-        interpreter.set_tensor(index, rows)
+        interpreter.set_tensor(source["index"], rows.astype(source["dtype"]))
         interpreter.invoke()
         wanted = {a.source for a in self.activations if a.rule == "data"}
         wanted.add(int(self.twin.graph.outputs[0]))
@@ -430,10 +457,10 @@ def _output_error(flat: bytes, rows: np.ndarray, reference: np.ndarray,
     """How far `flat`'s first output strays from `reference` on `rows`: the fraction of
     greedy actions that differ for Q-values (mean error breaking ties), else the mean error."""
     interpreter = tf.lite.Interpreter(model_content=flat)
-    index = interpreter.get_input_details()[0]["index"]
-    interpreter.resize_tensor_input(index, list(rows.shape))
+    source = interpreter.get_input_details()[0]
+    interpreter.resize_tensor_input(source["index"], list(rows.shape))
     interpreter.allocate_tensors()
-    interpreter.set_tensor(index, rows)
+    interpreter.set_tensor(source["index"], rows.astype(source["dtype"]))
     interpreter.invoke()
     outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     error = float(np.abs(outputs.astype(np.float64) - reference).mean())
@@ -497,18 +524,29 @@ def policy_file(model: Any, precision: str, calibration: np.ndarray | None,
 
 
 def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 weights, scales): max |w| maps to 127, per output row or for the whole tensor."""
+    """(int8 weights, scales): max |w| maps to 127, per output channel or for the whole
+    tensor."""
     weights = weights.astype(np.float64)
-    if per_channel:
-        scale = np.abs(weights).max(axis=1) / 127.0
+    if per_channel:  # one scale per output channel: the first axis, for Dense and Conv2D
+        scale = np.abs(weights).reshape(len(weights), -1).max(axis=1) / 127.0
     else:
         scale = np.array(np.abs(weights).max() / 127.0)
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-    shaped = scale.astype(np.float64).reshape(-1, 1) if per_channel else float(scale)
+    shaped = (scale.astype(np.float64).reshape(-1, *[1] * (weights.ndim - 1)) if per_channel
+              else float(scale))
     quantized = np.clip(round_half_away(weights / shaped), -127, 127).astype(np.int8)
     return quantized, scale
 
 
+
+
+def _stored_form(layer: Any, fold: float) -> Any:
+    """Keras kernel -> the weights as TFLite stores them: [units, inputs] for a Dense layer,
+    [filters, height, width, channels] for a Conv2D one, times `fold`, a constant factor the
+    converter folded into it (an image encoder's 1 / value_max before its first convolution)."""
+    if isinstance(layer, tf.keras.layers.Conv2D):
+        return lambda kernel: np.transpose(kernel, (3, 0, 1, 2)) * np.float32(fold)
+    return lambda kernel: kernel.T * np.float32(fold)
 
 
 def _all_tensors_as_outputs(flat: bytes) -> bytes:

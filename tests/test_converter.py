@@ -3,7 +3,6 @@
 import json
 from dataclasses import replace
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from tensorflow.lite.python import schema_py_generated as schema
@@ -20,6 +19,7 @@ from edge_rl.converters import (
 from edge_rl.converters.flatbuffer import builtin as _builtin
 from edge_rl.converters.flatbuffer import read_model as _read_model
 from edge_rl.device import Policy, PolicyFileError, PolicyMetadata
+from edge_rl.device.envs import make_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.policy_file import METADATA_NAME, read_metadata_entries, read_policy_metadata
 from edge_rl.device.runtime import load_runtime
@@ -29,8 +29,9 @@ PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def recorded_observations(env_id: str, n: int, seed: int) -> np.ndarray:
-    """Observations of `n` env steps under a uniform random policy."""
-    env = gym.make(env_id)
+    """Observations of `n` env steps under a uniform random policy (float32; frames too, which
+    hold their uint8 values exactly)."""
+    env = make_env(env_id)
     env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
     rows = []

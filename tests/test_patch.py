@@ -19,18 +19,23 @@ CASES = {  # the exported networks of the three algorithms, on envs of their kin
     "dqn": "CartPole-v1",  # dueling trunk + centered advantages (MEAN, SUB)
     "td3": "HalfCheetah-v5",  # tanh scaled to the bounds (TANH, ADD, MUL)
     "sac": "Pendulum-v1",  # mean and log-std head
+    # frames: uint8 in, a convolution (its 1/255 folded into the weights), a reshape
+    "dqn-frames": "EdgeRL/BrightPatch-v0",
 }
 
 
-def exported_network(algo: str):
-    env = CASES[algo]
+def exported_network(case: str):
+    env = CASES[case]
+    algo = case.split("-")[0]
     factory = get_algorithm(algo)
-    config = resolve_defaults(factory, TrainConfig(env=env, algo=algo, hidden=(64, 64)))
     observation, action = describe_env(env)
+    config = resolve_defaults(factory, TrainConfig(env=env, algo=algo, hidden=(64, 64)),
+                              observation, action)
     tf.keras.utils.set_random_seed(0)
     built = factory.build(observation, action, config)
     meta = PolicyMetadata(env_id=env, algo=algo, precision="int8", output=built.output_kind,
-                          observation_shape=observation.shape, action=action)
+                          observation_shape=observation.shape, action=action,
+                          observation=observation.kind.name)
     return built.export_model, meta
 
 
@@ -42,7 +47,8 @@ def train_a_little(layers, rng: np.random.Generator) -> None:
 
 
 @pytest.mark.parametrize("algo,precision", [("dqn", "int8"), ("td3", "int8"), ("sac", "int8"),
-                                            ("td3", "fp16"), ("dqn", "fp32")])
+                                            ("td3", "fp16"), ("dqn", "fp32"),
+                                            ("dqn-frames", "int8"), ("dqn-frames", "fp16")])
 def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch):
     # The converter's activation ranges are the calibrated values' min and max: so are the
     # patcher's when it covers all of them (it clips the rarest 0.1% by default); and the
@@ -99,17 +105,17 @@ def test_a_network_without_biases_is_not_patchable():
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_a_layer_it_cannot_patch_is_refused_at_every_precision(precision):
-    """A conv layer's weights would ship as first converted in every broadcast: refused, so
-    the learner converts in full (and says so) instead."""
+    """A depthwise convolution's weights would ship as first converted in every broadcast:
+    refused, so the learner converts in full (and says so) instead."""
     inputs = tf.keras.Input((8, 8, 1))
-    hidden = tf.keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    hidden = tf.keras.layers.DepthwiseConv2D(3, activation="relu", name="conv")(inputs)
     outputs = tf.keras.layers.Dense(2)(tf.keras.layers.Flatten()(hidden))
     model = tf.keras.Model(inputs, outputs)
     meta = PolicyMetadata(env_id="Frames-v0", algo="dqn", precision=precision,
                           output="q_values", observation_shape=(8, 8, 1),
                           action={"kind": "discrete", "n": 2})
     calibration = np.random.default_rng(0).random((64, 8, 8, 1), np.float32)
-    with pytest.raises(NotPatchable, match="conv: a Conv2D layer"):
+    with pytest.raises(NotPatchable, match="conv: a DepthwiseConv2D layer"):
         PolicyPatcher(model, precision, calibration, meta)
 
 
