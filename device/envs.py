@@ -13,6 +13,8 @@ from edge_rl.device.observations import ObservationSpec, describe_observations
 
 CONTROL_SUITE = "dm_control/"  # shimmy's namespace: dm_control/<domain>-<task>-v0
 EDGE_RL_ENVS = "EdgeRL/"  # edge-rl's own test envs (edge_rl.device.bright_patch)
+MINATAR = "MinAtar/"  # MinAtar/<Game>-v1 (the [minatar] extra): bool planes (10, 10, channels)
+ATARI = "ALE/"  # ALE/<Game>-v5 (the [atari] extra), preprocessed as DQN does (device/atari.py)
 
 
 def _not_settotalmass(record: logging.LogRecord) -> bool:
@@ -39,9 +41,26 @@ def register_control_suite() -> None:
         ) from None
 
 
+def register_minatar() -> None:
+    """Register MinAtar's envs with gymnasium (minatar.gym.register_envs: importing it is not
+    enough under gymnasium 1.x); once, as gymnasium warns of each id registered again."""
+    import gymnasium as gym
+
+    try:
+        import minatar.gym
+    except ImportError as err:
+        raise UserError(
+            f"MinAtar envs need minatar ({err.name or err} is missing): "
+            "pip install 'edge-rl[minatar]'"
+        ) from None
+    if not any(env_id.startswith(MINATAR) for env_id in gym.registry):
+        minatar.gym.register_envs()
+
+
 def make_env(env_id: str, seed: int | None = None):
     """gymnasium.make(env_id) with a one-line error for ids that do not resolve; dict
-    observations (the Control Suite's) come flattened into one float vector.
+    observations (the Control Suite's) come flattened into one float vector; Atari
+    (`ALE/...`) comes preprocessed as DQN takes it (edge_rl.device.atari).
 
     `package.module:EnvId` imports the module first (it registers the env), as gymnasium does.
     """
@@ -53,11 +72,23 @@ def make_env(env_id: str, seed: int | None = None):
         from edge_rl.device import bright_patch
 
         bright_patch.register()
+    if env_id.startswith(MINATAR):
+        register_minatar()
+    atari = env_id.startswith(ATARI)
+    if atari:
+        from edge_rl.device.atari import register_atari
+
+        register_atari()
     try:
-        env = gym.make(env_id)
+        # Atari steps one frame at a time here: AtariPreprocessing repeats each action
+        env = gym.make(env_id, frameskip=1) if atari else gym.make(env_id)
     except (gym.error.Error, ModuleNotFoundError, ImportError, AttributeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot make env {env_id!r}: {reason}") from None
+    if atari:
+        from edge_rl.device.atari import preprocess
+
+        env = preprocess(env)
     if isinstance(env.observation_space, gym.spaces.Dict):
         # keys in the space's order, which for the Control Suite is the task's own
         env = gym.wrappers.FlattenObservation(env)
@@ -91,7 +122,7 @@ def action_spec(space) -> dict[str, Any]:
 
 def describe_env(env_id: str) -> tuple[ObservationSpec, dict[str, Any]]:
     """(observations' kind and shape, action spec) of an env id; a one-line error for
-    observations no kind handles (images, for now)."""
+    observations no kind handles."""
     env = make_env(env_id)
     try:
         return describe_observations(env.observation_space), action_spec(env.action_space)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,8 @@ from edge_rl.device.policy import Policy
 class EvalResult:
     returns: list[float]
     median_latency_us: float
-    # every observation the policy acted on, when asked for (calibration, verification)
+    # the observations the policy acted on, when asked for (calibration, verification), in
+    # their kind's stored dtype: every one, or evenly spaced ones past KEPT_BYTES
     observations: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -60,17 +62,22 @@ def evaluate(
     max_episode_steps: int | None = None,
     keep_observations: bool = False,
 ) -> EvalResult:
-    """Run `episodes` greedy episodes; episode i resets with seed + i, so runs compare."""
+    """Run `episodes` greedy episodes; episode i resets with seed + i, so runs compare.
+
+    `keep_observations`: also return the observations acted on, all of them while they take
+    at most KEPT_BYTES, else every 2nd, 4th, ... of them (an Atari policy that never serves
+    plays 27,000 steps an episode, 0.76 GB of (84, 84, 4) frames)."""
     env = make_env(env_id or policy.metadata.env_id)
     check_env_matches(policy, env)
-    returns, latencies, seen = [], [], []
+    returns, latencies = [], []
+    kept = _Spread(policy.observation_kind.stored_dtype) if keep_observations else None
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
             total, steps, done = 0.0, 0, False
             while not done:
-                if keep_observations:
-                    seen.append(np.asarray(obs, np.float32))
+                if kept is not None:
+                    kept.add(obs)
                 start = time.perf_counter_ns()
                 action = policy.act(obs[None].astype(np.float32))[0]
                 latencies.append(time.perf_counter_ns() - start)
@@ -83,5 +90,31 @@ def evaluate(
             returns.append(total)
     finally:
         env.close()
-    observations = np.stack(seen) if keep_observations else None
+    observations = kept.rows() if kept is not None else None
     return EvalResult(returns, float(np.median(latencies)) / 1000.0, observations)
+
+
+KEPT_BYTES = 64 << 20  # the most an evaluation keeps of its observations
+
+
+class _Spread:
+    """Observations, copied in `dtype`: all of them until they would take KEPT_BYTES, then
+    every other one kept and the stride doubled, so the rows stay evenly spaced."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.kept: list[np.ndarray] = []
+        self.stride, self.seen, self.limit = 1, 0, 0
+
+    def add(self, obs: Any) -> None:
+        if self.seen % self.stride == 0:
+            row = np.array(obs, dtype=self.dtype)
+            self.limit = self.limit or max(2, KEPT_BYTES // max(1, row.nbytes))
+            self.kept.append(row)
+            if len(self.kept) >= self.limit:
+                self.kept = self.kept[::2]
+                self.stride *= 2
+        self.seen += 1
+
+    def rows(self) -> np.ndarray:
+        return np.stack(self.kept)

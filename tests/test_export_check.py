@@ -27,6 +27,26 @@ def test_return_gap_allows_ten_percent_or_two_standard_errors():
     assert return_gap([500.0] * 5, [510.0] * 5) is None  # better is never a gap
 
 
+def test_evaluations_keep_evenly_spaced_observations_within_their_budget(monkeypatch):
+    """Export calibrates and checks on the states of greedy episodes; an Atari one can be
+    27,000 stacks of 28 KB (0.76 GB): an evaluation keeps a spread of them."""
+    from edge_rl.device import evaluate
+
+    monkeypatch.setattr(evaluate, "KEPT_BYTES", 64 * 84 * 84 * 4)
+    spread = evaluate._Spread("uint8")
+    for step in range(1000):
+        spread.add(np.full((84, 84, 4), step % 256, np.uint8))
+    rows = spread.rows()
+    assert rows.dtype == np.uint8 and 32 <= len(rows) < 64
+    steps = np.arange(0, 1000, spread.stride)
+    assert spread.stride == 16 and len(rows) == len(steps)
+    np.testing.assert_array_equal(rows[:, 0, 0, 0], steps % 256)
+    few = evaluate._Spread("float32")  # within the budget: every one, as before
+    for step in range(100):
+        few.add(np.array([step, -step], np.float64))
+    np.testing.assert_array_equal(few.rows(), np.stack([np.arange(100), -np.arange(100)], 1))
+
+
 def test_tolerances_name_what_is_missed():
     discrete = {"agreement": 0.98, "decisive_agreement": 0.985, "n": 100, "decisive_n": 90}
     assert [f.split(" ")[0] for f in tolerance_failures(discrete)] == ["98.5%"]

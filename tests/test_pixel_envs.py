@@ -1,0 +1,115 @@
+"""MinAtar ([minatar] extra) and Atari ([atari] extra) through make_env: MinAtar's bool planes
+as they come, Atari preprocessed as DQN takes it (edge_rl.device.atari); Pong end to end."""
+
+import json
+import re
+import sys
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import edge_rl, train
+
+from edge_rl.device.envs import describe_env, make_env
+from edge_rl.device.errors import UserError
+from edge_rl.device.observations import FRAMES, PLANES, ObservationSpec
+
+MINATAR = "MinAtar/Breakout-v1"
+BREAKOUT = "ALE/Breakout-v5"
+
+
+def run(env, actions, seed):
+    observations = [env.reset(seed=seed)[0]]
+    for action in actions:
+        observations.append(env.step(action)[0])
+    return np.stack(observations)
+
+
+def test_minatar_gives_bool_planes_as_they_come():
+    pytest.importorskip("minatar")
+    with warnings.catch_warnings():
+        # registered once: gymnasium warns of each id registered again
+        warnings.filterwarnings("error", message=".*Overriding environment")
+        observation, action = describe_env(MINATAR)
+        env = make_env(MINATAR, seed=3)
+    assert observation == ObservationSpec(PLANES, (10, 10, 4))
+    assert action == {"kind": "discrete", "n": 3}  # v1: the game's minimal action set
+    assert env.observation_space == gym.spaces.Box(0, 1, (10, 10, 4), np.bool_)
+    actions = [1, 2, 0, 2, 1, 1, 0, 2] * 5
+    planes = run(env, actions, seed=3)
+    assert planes.dtype == np.bool_ and planes.shape == (41, 10, 10, 4)
+    assert planes.any(axis=(1, 2, 3)).all()  # the paddle, at least, is on every frame
+    # the seed fixes MinAtar's own randomness (sticky actions, the ball's start)
+    np.testing.assert_array_equal(planes, run(make_env(MINATAR), actions, seed=3))
+
+
+def test_atari_comes_as_84x84_grayscale_stacks_of_4_channels_last():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    observation, action = describe_env(BREAKOUT)
+    assert observation == ObservationSpec(FRAMES, (84, 84, 4))
+    assert action == {"kind": "discrete", "n": 4}
+    env = make_env(BREAKOUT, seed=0)
+    assert env.observation_space == gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    assert env.spec.kwargs["frameskip"] == 1  # the wrapper skips, not the env
+    assert env.spec.kwargs["repeat_action_probability"] == 0.25  # v5's sticky actions
+
+    actions = [1, 1, 2, 2, 3, 3, 1, 2, 3, 3, 2, 2] * 3  # serves, moves
+    frames = run(env, actions, seed=0)
+    assert frames.dtype == np.uint8 and frames.shape == (37, 84, 84, 4)
+    first = frames[0]
+    assert all(np.array_equal(first[..., i], first[..., 3]) for i in range(3))  # reset x 4
+    # channels last, oldest first: each stack is the previous one shifted by one frame
+    np.testing.assert_array_equal(frames[1:, ..., :3], frames[:-1, ..., 1:])
+    assert (frames[1:, ..., 3] != frames[:-1, ..., 3]).any()  # the newest frame changes
+    # 4 emulator frames an agent step (plus the no-ops at reset)
+    before = env.unwrapped.ale.getEpisodeFrameNumber()
+    env.step(0)
+    assert env.unwrapped.ale.getEpisodeFrameNumber() - before == 4
+    np.testing.assert_array_equal(frames, run(make_env(BREAKOUT), actions, seed=0))
+
+
+@pytest.mark.parametrize(("env_id", "module", "extra"), [
+    (MINATAR, "minatar", "minatar"),
+    (BREAKOUT, "ale_py", "atari"),
+    (BREAKOUT, "cv2", "atari"),  # AtariPreprocessing's resizing
+])
+def test_without_the_extra_the_error_says_what_to_install(monkeypatch, env_id, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(UserError, match=rf"pip install 'edge-rl\[{extra}\]'") as err:
+        make_env(env_id)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_dqn_on_atari_trains_exports_int8_and_evaluates(tmp_path):
+    """Pong, as every episode of an untrained greedy policy ends there in ~760 steps (one
+    that never serves Breakout plays 27,000): the Nature convolutions learn from uint8 stacks
+    sent over gRPC, the int8 file takes them as they are, and the device runtime runs it."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    out = tmp_path / "pong"
+    summary = train(out, "--env", "ALE/Pong-v5", "--steps", 2000, "--warmup-steps", 1000,
+                    "--updates-per-step", 0.05, "--replay-capacity", 5000, "--eval-every", 2000,
+                    "--eval-episodes", 1)
+    assert summary["updates"] >= 40 and summary["replay_size"] >= 2000
+    assert -21.0 <= summary["best_return"]["mean"] <= 21.0
+    config = json.loads((out / "config.json").read_text())
+    assert config["env"] == "ALE/Pong-v5"
+
+    policy_file = out / "policy-int8.tflite"
+    result = edge_rl("export", out, "--int8", "--verify-episodes", 1, "-o", policy_file)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "greedy return (int8)" in result.stdout
+
+    from edge_rl.device.policy import Policy
+
+    policy = Policy(policy_file.read_bytes())
+    assert (policy.metadata.precision, policy.metadata.observation) == ("int8", "frames")
+    assert tuple(policy.metadata.observation_shape) == (84, 84, 4)
+    assert policy_file.stat().st_size < 400_000  # int8 Nature convs and a 64x64 head
+    result = edge_rl("eval", policy_file, "--episodes", 1)
+    assert result.returncode == 0, result.stderr[-4000:]
+    returned = re.search(r"^return: (\S+) ± \S+ over 1 episodes$", result.stdout, re.M)
+    assert returned and -21.0 <= float(returned.group(1)) <= 21.0, result.stdout
