@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 
 import tensorflow as tf
 
@@ -20,5 +21,11 @@ with contextlib.redirect_stderr(io.StringIO()):
         import gym  # noqa: F401
     except ImportError:
         pass
+
+# TF-Agents imports dm_control's suite where it is installed, which looks for an OpenGL
+# backend on import; on a machine without a display (with the [atari] extra's libraries
+# present) that search warns "GLFWError: ... DISPLAY environment variable is missing" in
+# every run. The learner never renders: tell MuJoCo so, unless MUJOCO_GL says otherwise.
+os.environ.setdefault("MUJOCO_GL", "disable")
 
 __all__ = ["tf"]
