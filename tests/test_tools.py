@@ -95,10 +95,12 @@ def cartpole_vs_tf_agents_plans_both_loops(result: subprocess.CompletedProcess,
 
 
 def actorq_compare_plans_every_suite(result: subprocess.CompletedProcess, tmp: Path) -> None:
-    # quantization 2 x 3 precisions, framework 2 x 1, actor-bound 1 x 3, d4pg 2 x 2; 3 seeds
-    assert result.stdout.count(" new ") == 45, result.stdout
-    assert "45 runs, 45 to do" in result.stdout
+    # quantization 2 x 3 precisions, framework 2 x 1, actor-bound 1 x 3, d4pg 2 x 2, minatar
+    # 2 x 2; 3 seeds
+    assert result.stdout.count(" new ") == 57, result.stdout
+    assert "57 runs, 57 to do" in result.stdout
     assert "actor-bound/td3-HalfCheetah-v5-int8-s2" in result.stdout
+    assert "minatar/dqn-MinAtar-Breakout-v1-int8-s2" in result.stdout
     assert not any(tmp.iterdir()), "a dry run writes nothing"
 
 

@@ -1,15 +1,15 @@
 """ActorQ's comparison, resumable: fp32, fp16 and int8 actors against one fp32 learner.
 
-    python tools/actorq_compare.py [--suite quantization|framework|actor-bound|d4pg|all]
+    python tools/actorq_compare.py [--suite quantization|framework|actor-bound|d4pg|minatar|all]
         [--seeds 0 1 2] [--steps-dqn N] [--steps-td3 N] [--steps-actor-bound N]
-        [--steps-d4pg N] [--out runs/actorq]
+        [--steps-d4pg N] [--steps-minatar N] [--out runs/actorq]
         [--only REGEX] [--max-runs N] [--dry-run] [--report-only] [--report-dir DIR]
         [--threshold ENV=RETURN ...]
 
 Reproduces the comparison of ActorQ (QuaRL, TMLR 2022): the learner always trains in fp32
 and only the precision of the policy the actors explore with changes (q=32, 16, 8); the
 metrics are the wall-clock time to reach a return threshold (speed-up = time(fp32) /
-time(int8)), the final return, and energy and CO2. Four suites:
+time(int8)), the final return, and energy and CO2. Five suites:
 
 - quantization: DQN on CartPole-v1 and TD3 on HalfCheetah-v5, edge-rl's defaults otherwise;
 - framework: the same runs with actors that act with TF-Agents' own fp32 policy in
@@ -21,7 +21,9 @@ time(int8)), the final return, and energy and CO2. Four suites:
   the pace: ~80 updates/s with this actor, ~20 core-ms an update against ~0.05 ms of fp32
   inference an env step);
 - d4pg: ActorQ's own headline setting, D4PG on the DeepMind Control Suite (needs the [dmc]
-  extra), q=32 against q=8, on cartpole-balance and walker-stand, D4PG's defaults.
+  extra), q=32 against q=8, on cartpole-balance and walker-stand, D4PG's defaults;
+- minatar: DQN from pixels (MinAtar's 10x10 planes, a CNN; needs the [minatar] extra), q=32
+  against q=8, on Breakout and SpaceInvaders, edge-rl's defaults (docs/pixels.md).
 
 Each setting and seed is one `edge-rl train` run in OUT/SUITE/NAME, output appended to
 OUT/SUITE/NAME.log. Finished runs are skipped, interrupted ones resumed (--resume), a failed
@@ -53,7 +55,8 @@ log = logging.getLogger("actorq_compare")
 
 EDGE_RL = [sys.executable, "-m", "edge_rl"]
 PRECISIONS = {"quantization": ("fp32", "fp16", "int8"), "framework": ("tf-fp32",),
-              "actor-bound": ("fp32", "fp16", "int8"), "d4pg": ("fp32", "int8")}
+              "actor-bound": ("fp32", "fp16", "int8"), "d4pg": ("fp32", "int8"),
+              "minatar": ("fp32", "int8")}
 EVAL_POINTS = 20  # greedy evaluations per run: the points of the return-vs-time curve
 # Return thresholds passed to `edge-rl report` (--threshold ENV=X overrides or adds one).
 # CartPole-v1: gymnasium's reward_threshold. HalfCheetah-v5 has none here on purpose: its
@@ -67,11 +70,13 @@ THRESHOLDS = {"CartPole-v1": 475.0}
 # in 7.6 s (1780 updates/s); td3 HalfCheetah-v5 --steps 10000 learned at 346 updates/s, i.e.
 # ~340 env steps/s at 1 update per step; the actor-bound setting --steps 15000 learned at
 # 76 (fp32) and 83 (int8) updates/s, i.e. ~640 env steps/s at 0.125 updates per step.
-# d4pg dm_control/cartpole-balance-v0 ran ~380 env steps/s at 1 update per step.
+# d4pg dm_control/cartpole-balance-v0 ran ~380 env steps/s at 1 update per step; dqn
+# MinAtar/Breakout-v1 --steps 20000 ran ~1300 env steps/s over the run (15 s).
 FIXED_SECONDS = 20.0
 STEPS_PER_SECOND = {("quantization", "dqn"): 2000.0, ("quantization", "td3"): 330.0,
                     ("framework", "dqn"): 2000.0, ("framework", "td3"): 330.0,
-                    ("actor-bound", "td3"): 640.0, ("d4pg", "d4pg"): 380.0}
+                    ("actor-bound", "td3"): 640.0, ("d4pg", "d4pg"): 380.0,
+                    ("minatar", "dqn"): 1300.0}
 STARTUP_SECONDS = 5.0  # a process's start-up that summary.json's wall-clock leaves out
 
 
@@ -144,9 +149,11 @@ def settings_table(args: argparse.Namespace) -> list[Setting]:
         for env in ("dm_control/cartpole-balance-v0", "dm_control/walker-stand-v0")
     ]
     d4pg = [("d4pg", env, steps, flags) for env, steps, flags in control_suite]
+    minatar = [("dqn", env, args.steps_minatar, eval_flags(args.steps_minatar, 20))
+               for env in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")]
     # the framework baseline: the quantization suite's runs, actors on TF-Agents' policy
     suites = {"quantization": quantization, "framework": quantization,
-              "actor-bound": actor_bound, "d4pg": d4pg}
+              "actor-bound": actor_bound, "d4pg": d4pg, "minatar": minatar}
     chosen = list(suites) if args.suite == "all" else [args.suite]
     return [Setting(suite, algo, env, precision, steps, flags)
             for suite in chosen for algo, env, steps, flags in suites[suite]
@@ -441,6 +448,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps-td3", type=int, default=100_000)
     parser.add_argument("--steps-actor-bound", type=int, default=50_000)
     parser.add_argument("--steps-d4pg", type=int, default=100_000)
+    parser.add_argument("--steps-minatar", type=int, default=500_000)
     parser.add_argument("--out", type=Path, default=Path("runs/actorq"))
     parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
     parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
