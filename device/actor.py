@@ -30,6 +30,7 @@ from edge_rl.device.accounting import (
     seconds_since_process_start,
 )
 from edge_rl.device.client import LearnerClient
+from edge_rl.device.envs import frame_stack
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.link import Link
 from edge_rl.device.observations import VECTOR
@@ -133,6 +134,7 @@ class Actor(Worker):
         self.pace = OfflinePace()
         self.split = TimeSplit()  # inference / env / transport, reported with each batch
         self.observation_kind = VECTOR  # the env's, once run() has made it
+        self.frame_stack = 1  # likewise
         self.energy = energy  # None: this process's energy is counted by its learner
         # (env steps, seconds) from the first action to the end of acting, set when run() ends
         self.acting: tuple[int, float] = (0, 0.0)
@@ -194,6 +196,7 @@ class Actor(Worker):
             env_steps=self.env_steps,
             costs=self._costs(),
             observation_kind=self.observation_kind,
+            frame_stack=self.frame_stack,
         ))
 
     def run(self) -> None:
@@ -210,6 +213,7 @@ class Actor(Worker):
         rollout = Rollout(hello.env_id, max(1, hello.num_envs), int(hello.seed),
                           hello.batch_transitions, explorer.random_actions(1)[0])
         self.observation_kind = rollout.kind
+        self.frame_stack = frame_stack(rollout.envs[0])
         log.info("actor %s acting in %s (%d envs) with %s; %d batches spooled",
                  self.client.actor_id, hello.env_id, len(rollout.envs), policy.runtime,
                  len(self.spool))

@@ -69,6 +69,7 @@ class ChannelsLastFrameStack(gym.Wrapper):
             np.repeat(space.low[..., None], size, axis=-1),
             np.repeat(space.high[..., None], size, axis=-1), dtype=space.dtype)
         self.frames: deque[np.ndarray] = deque(maxlen=size)
+        self.frame_stack = size  # edge_rl.device.envs.frame_stack reads it
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = self.env.reset(seed=seed, options=options)

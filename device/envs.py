@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -125,6 +126,19 @@ def describe_env(env_id: str) -> tuple[ObservationSpec, dict[str, Any]]:
     observations no kind handles."""
     env = make_env(env_id)
     try:
-        return describe_observations(env.observation_space), action_spec(env.action_space)
+        observations = describe_observations(env.observation_space)
+        stack = frame_stack(env)
+        if stack > 1:
+            observations = replace(observations, stack=stack)
+        return observations, action_spec(env.action_space)
     finally:
         env.close()
+
+
+def frame_stack(env: Any) -> int:
+    """How many frames an env made by `make_env` stacks on its observations' last axis, each
+    step adding one (edge_rl.device.atari's `frame_stack`); 1 for any other env."""
+    try:
+        return int(env.get_wrapper_attr("frame_stack"))
+    except AttributeError:
+        return 1

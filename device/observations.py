@@ -69,6 +69,9 @@ class ObservationSpec:
 
     kind: ObservationKind
     shape: tuple[int, ...]
+    # Frames per observation, stacked on its last axis with each step adding one (Atari's 4,
+    # as edge_rl.device.atari stacks them): the replay then stores each frame once.
+    stack: int = 1
 
     @property
     def dtype(self) -> str:

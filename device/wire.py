@@ -95,13 +95,23 @@ def encode_batch(
     env_steps: int = 0,
     costs: BatchCosts | None = None,
     observation_kind: ObservationKind = VECTOR,
+    frame_stack: int = 1,
 ) -> bytes:
+    """A batch's bytes. `frame_stack`: frames stacked on the observations' last axis, each
+    step adding one (edge_rl.device.envs.frame_stack); each is then sent once."""
     t = transitions
     extra = {}
     observation = observation_kind.as_stored(t.observation)
+    next_observation = observation_kind.as_stored(t.next_observation)
     if observation_kind.once:  # send only the observations no earlier row's next one gives
         rows = np.flatnonzero(predecessors(t.episode_id, t.episode_step,
                                            t.terminated | t.truncated) < 0)
+        channels = observation.shape[-1] // frame_stack if frame_stack > 1 else 0
+        # a stacked next observation is the observation shifted by one frame, plus that frame
+        if channels and np.array_equal(next_observation[..., :-channels],
+                                       observation[..., channels:]):
+            next_observation = next_observation[..., -channels:]
+            extra["next_frame_channels"] = channels
         observation = observation[rows]
         extra["observation_rows"] = to_tensor(rows.astype(np.int64))
     if costs is not None:
@@ -118,7 +128,7 @@ def encode_batch(
         seq=seq,
         policy_version=policy_version,
         observation=to_tensor(observation),
-        next_observation=to_tensor(observation_kind.as_stored(t.next_observation)),
+        next_observation=to_tensor(next_observation),
         action=to_tensor(t.action),
         deterministic_action=to_tensor(t.deterministic_action),
         reward=to_tensor(t.reward.astype(np.float32, copy=False)),
@@ -203,12 +213,19 @@ def validate_batch(
     n = next_obs.shape[0] if next_obs.ndim else -1
     if n <= 0:
         raise BatchError("batch has no transitions")
+    channels = batch.next_frame_channels  # 0: whole next observations
+    if channels and not (len(observation_shape) >= 2 and channels < observation_shape[-1]
+                         and observation_shape[-1] % channels == 0):
+        raise BatchError(f"next_frame_channels: {channels} does not divide the observations' "
+                         f"last axis {list(observation_shape)}")
+    next_shape = ((*observation_shape[:-1], channels) if channels
+                  else tuple(observation_shape))
     check = _checked
     if action["kind"] == "discrete":
         action_dtype, action_shape = "int64", (n,)
     else:
         action_dtype, action_shape = "float32", (n, *action["shape"])
-    next_obs = check("next_observation", next_obs, observation_dtype, (n, *observation_shape))
+    next_obs = check("next_observation", next_obs, observation_dtype, (n, *next_shape))
     t = Transitions(
         observation=next_obs,  # set below
         next_observation=next_obs,
@@ -231,7 +248,10 @@ def validate_batch(
             "episode_step", from_tensor(batch.episode_step, "episode_step"), "int64", (n,)
         ),
     )
-    t.observation = _observations(batch, t, observation_dtype, observation_shape)
+    if channels:
+        _rebuild_stacked(batch, t, observation_dtype, observation_shape, channels)
+    else:
+        t.observation = _observations(batch, t, observation_dtype, observation_shape)
     if action["kind"] == "discrete":
         if np.any(t.action < 0) or np.any(t.action >= action["n"]):
             raise BatchError(f"action: values outside [0, {action['n']})")
@@ -267,6 +287,38 @@ def _observations(batch: wire_pb2.TrajectoryBatch, t: Transitions, dtype: str,
     observation[rows] = sent
     observation[missing] = t.next_observation[previous[missing]]
     return observation
+
+
+def _rebuild_stacked(batch: wire_pb2.TrajectoryBatch, t: Transitions, dtype: str,
+                     shape: tuple[int, ...], channels: int) -> None:
+    """Fill `t`'s observations and next observations from a batch that sent each frame once:
+    the observations of `observation_rows`, and each row's newest next frame (in
+    t.next_observation). Rows go in episode order, so a row's observation is the next
+    observation its previous step has just been given."""
+    n = len(t)
+    sent = from_tensor(batch.observation, "observation")
+    rows = from_tensor(batch.observation_rows, "observation_rows") \
+        if batch.HasField("observation_rows") else np.arange(n)
+    if rows.dtype != np.int64 or rows.ndim != 1 or (
+            len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0))):
+        raise BatchError(f"observation_rows: not ascending int64 row numbers below {n}")
+    sent = _checked("observation", sent, dtype, (len(rows), *shape))
+    previous = predecessors(t.episode_id, t.episode_step, t.terminated | t.truncated)
+    given = dict(zip(rows.tolist(), range(len(rows)), strict=True))
+    frames = t.next_observation
+    observation = np.empty((n, *shape), dtype)
+    next_observation = np.empty((n, *shape), dtype)
+    for row in np.lexsort((t.episode_step, t.episode_id)).tolist():
+        if row in given:
+            observation[row] = sent[given[row]]
+        elif previous[row] >= 0:
+            observation[row] = next_observation[previous[row]]
+        else:
+            raise BatchError(f"observation: row {row} is neither sent nor the next "
+                             "observation of an earlier row")
+        next_observation[row, ..., :-channels] = observation[row, ..., channels:]
+        next_observation[row, ..., -channels:] = frames[row]
+    t.observation, t.next_observation = observation, next_observation
 
 
 def policy_chunks(version: int, model: bytes) -> Iterator[wire_pb2.PolicyChunk]:

@@ -48,7 +48,7 @@ def test_atari_comes_as_84x84_grayscale_stacks_of_4_channels_last():
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     observation, action = describe_env(BREAKOUT)
-    assert observation == ObservationSpec(FRAMES, (84, 84, 4))
+    assert observation == ObservationSpec(FRAMES, (84, 84, 4), stack=4)  # frames once
     assert action == {"kind": "discrete", "n": 4}
     env = make_env(BREAKOUT, seed=0)
     assert env.observation_space == gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
@@ -97,6 +97,17 @@ def test_dqn_on_atari_trains_exports_int8_and_evaluates(tmp_path):
     assert -21.0 <= summary["best_return"]["mean"] <= 21.0
     config = json.loads((out / "config.json").read_text())
     assert config["env"] == "ALE/Pong-v5"
+    # each 84x84 frame once on the wire and in replay: not the 4-frame stack of every step
+    from edge_rl.device.wire import decode_batch
+    from edge_rl.transport.replay_log import read_records
+
+    _, payload = next(read_records(out / "replay-log"))
+    sent = decode_batch(payload)
+    assert sent.next_frame_channels == 1 and sent.next_observation.shape[-1] == 1
+    assert len(payload) < 84 * 84 * (sent.next_observation.shape[0] + 4 * 2) + 100_000
+    checkpoint = (out / "checkpoints" / "latest").read_text().strip()
+    with np.load(out / "checkpoints" / checkpoint / "replay.npz") as replay:
+        assert replay["observation"].shape[1:] == (84, 84, 1)
 
     policy_file = out / "policy-int8.tflite"
     result = edge_rl("export", out, "--int8", "--verify-episodes", 1, "-o", policy_file)

@@ -157,3 +157,34 @@ def test_frames_go_on_the_wire_once():
     tampered.observation.CopyFrom(to_tensor(back.observation[rows[1:]]))
     with pytest.raises(BatchError, match="neither sent nor"):
         validate_batch(tampered, *spec)
+
+
+def test_stacked_frames_go_on_the_wire_once():
+    """4-frame stacks: each row sends its newest next frame, not its whole next stack, and
+    the learner rebuilds every observation and next observation exactly."""
+    from support.frames import stacked_frame_batches
+
+    from edge_rl.device.observations import FRAMES
+
+    batch = stacked_frame_batches(2, num_envs=3, batch_size=60)[1]
+    spec = ((8, 8, 4), {"kind": "discrete", "n": 2}, "uint8")
+    data = encode(batch, observation_kind=FRAMES, frame_stack=4)
+    message = decode_batch(data)
+    assert message.next_frame_channels == 1
+    assert list(message.next_observation.shape) == [len(batch), 8, 8, 1]
+    episodes = len(np.unique(batch.episode_id))
+    assert len(data) < (len(batch) + 4 * episodes) * 64 + 64 * len(batch)
+    back = validate_batch(message, *spec)
+    np.testing.assert_array_equal(back.observation, batch.observation)
+    np.testing.assert_array_equal(back.next_observation, batch.next_observation)
+
+    # an env whose next stack is not its stack shifted by a frame sends whole stacks
+    odd = decode_batch(data)
+    batch.next_observation[0, ..., 0] ^= 1
+    whole = decode_batch(encode(batch, observation_kind=FRAMES, frame_stack=4))
+    assert whole.next_frame_channels == 0
+    np.testing.assert_array_equal(validate_batch(whole, *spec).next_observation,
+                                  batch.next_observation)
+    odd.next_frame_channels = 3  # does not divide 4 channels
+    with pytest.raises(BatchError, match="next_frame_channels"):
+        validate_batch(odd, *spec)

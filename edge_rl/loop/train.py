@@ -96,6 +96,7 @@ class Training:
             seed=config.seed,
             observation_dtype=self.observation.dtype,
             once=self.observation.kind.once,
+            stack=self.observation.stack,
         )
         self.state = RunState()
         if resume:
