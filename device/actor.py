@@ -255,7 +255,8 @@ class Actor(Worker):
                 self.acting = (steps, seconds)
                 log.info("%d env steps in %.1f s since the first action (%.0f steps/s)",
                          steps, seconds, steps / max(seconds, 1e-9))
-            link.stop()
+            # a run that ended at --max-steps delivers its batches; one told to stop does not wait
+            link.stop(deliver=self.max_steps is not None and self.env_steps >= self.max_steps)
             puller.stop()
             rollout.close()
             log.info("actor %s stopped: %d batches acked, %d refused, %d dropped, %d spooled",

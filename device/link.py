@@ -87,17 +87,23 @@ class Link:
         self._reconnect.set()
         self.wake()
 
-    def stop(self) -> None:
+    def stop(self, deliver: bool = False) -> None:
         """Send nothing new; wait up to DRAIN_SECONDS for every answer still owed; stop.
+        With `deliver` (an actor that ran its --max-steps), first send what is spooled, within
+        the same DRAIN_SECONDS: a short run can end before its link sent anything.
 
         Sends given up on when the link went down are waited for too: a stopping learner
         refuses new batches at once while older ones still wait for their fsync, so a refusal
         can arrive first, and the OK that follows it says the batch is in the learner's replay.
         What was never sent stays in the spool.
         """
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while deliver and len(self.spool) and self.connected and self.fatal is None \
+                and time.monotonic() < deadline:
+            self.wake()
+            time.sleep(0.05)
         self._draining.set()
         self.wake()
-        deadline = time.monotonic() + DRAIN_SECONDS
         while self._unsettled and time.monotonic() < deadline and self.fatal is None:
             time.sleep(0.05)
         self.stopping.set()
