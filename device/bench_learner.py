@@ -16,6 +16,7 @@ import grpc
 
 from edge_rl.device import wire_pb2, wire_pb2_grpc
 from edge_rl.device.exploration import ExplorationSettings
+from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.policy import Policy
 from edge_rl.device.wire import (
     PROTOCOL_VERSION,
@@ -81,7 +82,8 @@ class StandInLearner(wire_pb2_grpc.LearnerServicer):
         meta = self.policy.metadata
         try:
             batch = decode_batch(request.batch)
-            validate_batch(batch, tuple(meta.observation_shape), meta.action)
+            validate_batch(batch, tuple(meta.observation_shape), meta.action,
+                           OBSERVATION_KINDS[meta.observation].stored_dtype)
         except BatchError as err:
             with self._lock:
                 self.refused += 1

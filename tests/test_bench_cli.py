@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import EDGE_RL
 
@@ -79,6 +80,23 @@ def test_footprint_with_a_stand_in_learner(cartpole_policy):
     assert 1 <= figures["batches_accepted"] <= 300 // 64
     assert figures["learner_updates"] is None
     assert error_lines(done.stderr)[-1].startswith("edge-rl: error: missed: peak RSS")
+
+
+def test_footprint_of_an_image_actor(tmp_path):
+    """Frames (uint8, sent once) reach the stand-in learner as a real learner takes them."""
+    from test_pixels import image_network, metadata
+
+    from edge_rl.converters import convert
+    from edge_rl.tf_setup import tf
+
+    tf.keras.utils.set_random_seed(0)
+    model, observation, action = image_network((16, 16, 1))
+    frames = np.random.default_rng(0).integers(0, 256, (64, 16, 16, 1)).astype(np.uint8)
+    path = tmp_path / "frames.tflite"
+    path.write_bytes(convert(model, "int8", frames, metadata(observation, action, "int8")))
+    figures = json.loads(bench("footprint", path, "--steps", "300", "--json").stdout)
+    assert figures["env"] == "EdgeRL/BrightPatch-v0"
+    assert 1 <= figures["batches_accepted"] <= 300 // 64
 
 
 def test_footprint_joins_a_running_learner(cartpole_policy):

@@ -106,12 +106,21 @@ def actorq_compare_plans_every_suite(result: subprocess.CompletedProcess, tmp: P
 
 def bench_pixels_timed_both_cnns_at_every_precision(result: subprocess.CompletedProcess,
                                                     tmp: Path) -> None:
-    rows = [line for line in result.stdout.splitlines() if line.startswith("| ")][2:]
-    assert len(rows) == 10, result.stdout  # 2 CNNs x (TF-Agents + 4 precisions)
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert float(cells[3]) > 0 and float(cells[4]) > 0, row
+    tables, block = [], []
+    for line in [*result.stdout.splitlines(), ""]:
+        if line.startswith("| "):
+            block.append([c.strip() for c in line.strip("|").split("|")])
+        elif block:
+            tables, block = [*tables, block[2:]], []  # rows after the header and its rule
+    inference, frames = tables
+    assert len(inference) == 10, result.stdout  # 2 CNNs x (TF-Agents + 4 precisions)
+    for row in inference:
+        assert float(row[3]) > 0 and float(row[4]) > 0, row
     assert result.stdout.count("Edge TPU check: passes") == 2, result.stdout
+    brightpatch = next(row for row in frames if row[0] == "EdgeRL/BrightPatch-v0")
+    replay_bytes = float(brightpatch[3].split()[0].replace(",", ""))
+    assert 256 <= replay_bytes < 512, brightpatch  # a 16x16 frame once, plus episode ends
+    assert float(brightpatch[4].replace(",", "")) > 0
 
 
 def stubs_match_the_proto(result: subprocess.CompletedProcess, tmp: Path) -> None:

@@ -1,10 +1,11 @@
 """Image policies on this machine: batch-1 inference of DQN's two CNNs through TF-Agents' own
 greedy policy (what `--actor-precision tf-fp32` actors run) and through LiteRT at each
 precision, the files' sizes (the bytes of each broadcast), the Edge TPU operator check and
-TFLite Micro's arena (docs/pixels.md).
+TFLite Micro's arena; then frames on their way to the learner: wire and replay bytes a
+transition, and the learner's ingest rate (docs/pixels.md).
 
-    python tools/bench_pixels.py             # both CNNs, 2000 invokes each (~1 min)
-    python tools/bench_pixels.py --quick     # 100 invokes each (CI)
+    python tools/bench_pixels.py             # both CNNs, 2000 invokes each (~2 min)
+    python tools/bench_pixels.py --quick     # 100 invokes each, fewer transitions (CI)
 
 The networks are the ones `edge-rl train` builds (edge_rl.agents.dqn with its image encoder)
 for MinAtar-sized planes (10x10x4, one 3x3 convolution, 128 units) and Atari frames (84x84x4,
@@ -12,6 +13,12 @@ the Nature DQN's three convolutions, 512 units), with fresh weights: a dense net
 does not depend on its values. Calibration rows are random frames (planes of 0/1, frames of
 0..255). Every file is timed by `edge-rl bench latency`'s code (edge_rl.device.bench_latency),
 one thread, batch 1.
+
+The frames table steps each env (BrightPatch always; MinAtar Breakout and Atari Pong where
+their extras are installed) with random actions through the actor's own `Rollout` and
+`encode_batch`, and times what the learner does with each batch: `decode_batch`,
+`validate_batch` (which rebuilds the frames sent once) and `Replay.insert`. "Whole" is what
+the same transitions cost with an observation and a next observation each.
 """
 
 from __future__ import annotations
@@ -112,6 +119,57 @@ def measure(name: str, kind_name: str, shape: tuple[int, ...], hidden: tuple[int
     return rows
 
 
+# env -> (batch transitions, as an actor sends them); which envs need which extra
+FRAME_ENVS = {"EdgeRL/BrightPatch-v0": None, "MinAtar/Breakout-v1": "minatar",
+              "ALE/Pong-v5": "ale_py"}
+
+
+def frames_row(env_id: str, transitions: int, batch: int = 64) -> list[str]:
+    """One env's wire and replay bytes a transition and the learner's ingest rate."""
+    from edge_rl.device.envs import describe_env, frame_stack
+    from edge_rl.device.rollout import Rollout
+    from edge_rl.device.wire import decode_batch, encode_batch, validate_batch
+    from edge_rl.replay.buffer import Replay
+
+    observation, action = describe_env(env_id)
+    rollout = Rollout(env_id, 1, seed=0, batch_size=batch, action_example=np.int64(0))
+    stack = frame_stack(rollout.envs[0])
+    rng = np.random.default_rng(0)
+    batches = []
+    while len(batches) * batch < transitions:
+        actions = rng.integers(0, action["n"], 1)
+        batches += rollout.step(actions, actions)
+    rollout.close()
+    payloads = [encode_batch(b, run_id="bench", actor_id="a", incarnation=1, seq=i,
+                             policy_version=1, observation_kind=observation.kind,
+                             frame_stack=stack) for i, b in enumerate(batches)]
+    n = sum(len(b) for b in batches)
+    replay = Replay(n, observation.shape, (), "int64", gamma=0.99,
+                    observation_dtype=observation.dtype, once=True, stack=observation.stack)
+    start = time.perf_counter()
+    for payload in payloads:
+        replay.insert(0, validate_batch(decode_batch(payload), observation.shape, action,
+                                        observation.dtype))
+    seconds = time.perf_counter() - start
+    kept = sum(o.nbytes for o in (*replay.final_observations.values(),
+                                  *replay.stacks.values()))
+    replay_bytes = (replay.data["observation"].nbytes + kept) / n
+    whole = 2 * int(np.prod(observation.shape))  # an observation and a next one, uint8
+    wire = sum(len(p) for p in payloads) / n
+    return [env_id, f"{observation.kind.name} {list(observation.shape)}",
+            f"{wire:,.0f} ({whole:,})", f"{replay_bytes:,.0f} ({whole:,})",
+            f"{n / seconds:,.0f}"]
+
+
+def frames_table(transitions: int) -> str:
+    import importlib.util
+
+    rows = [frames_row(env_id, transitions) for env_id, module in FRAME_ENVS.items()
+            if module is None or importlib.util.find_spec(module) is not None]
+    return table(["env", "observations", "wire bytes a transition (whole)",
+                  "replay bytes a transition (whole)", "ingest transitions/s"], rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 invokes a file (CI)")
@@ -125,6 +183,10 @@ def main() -> int:
     print(f"Batch-1 inference on {cpu_model()}, one thread, median of {invokes} invokes; "
           "speed-up against the TF-Agents policy of the same network")
     print(table(["network", "runs as", "file", "median µs", "speed-up", "notes"], rows))
+    transitions = 1_000 if args.quick else 10_000
+    print(f"\nFrames to the learner: {transitions:,} random-action transitions an env, each "
+          "frame sent and stored once")
+    print(frames_table(transitions))
     failed = [r for r in rows if "Edge TPU check:" in r[5] and "passes" not in r[5]]
     if failed:  # a CNN the Edge TPU cannot take is a failure of the image path, not a figure
         print(f"error: {failed[0][0]}: {failed[0][5]}", file=sys.stderr)
