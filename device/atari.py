@@ -6,13 +6,15 @@ the standard DQN preprocessing (Mnih et al. 2015, as Machado et al. 2018 evaluat
 - gymnasium's `AtariPreprocessing`: up to 30 no-op actions at reset, each action repeated 4
   frames with the last two max-pooled, grayscale, resized to 84x84 (INTER_AREA), kept uint8
   (no scaling: the network scales, the int8 file takes the raw bytes); an episode still ends
-  at game over, not at a life lost;
+  at game over, and a step that loses a life says so in its info (`LIFE_LOST`): training
+  actors send it as terminal for the learner and play on (episodic life), evaluations play
+  whole games;
 - the last 4 preprocessed frames as channels, last axis: uint8 (84, 84, 4), the `frames`
   observation kind (edge_rl.device.observations). At reset the stack is the reset frame 4
   times.
 
-Episodic life and reward clipping, which the DQN papers also use, are the learner's to do,
-not the env's: rewards here are the game's own. `edge_rl.device.envs.make_env` builds these
+Rewards here are the game's own: the learner clips them (TrainConfig.reward_clip, 1 for
+`ALE/` ids). `edge_rl.device.envs.make_env` builds these
 for every id starting with `ALE/`.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from edge_rl.device.envs import LIFE_LOST
 from edge_rl.device.errors import UserError
 
 PREFIX = "ALE/"
@@ -53,7 +56,27 @@ def preprocess(env: Any) -> Any:
     env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP,
                              screen_size=SCREEN_SIZE, terminal_on_life_loss=False,
                              grayscale_obs=True, scale_obs=False)
-    return ChannelsLastFrameStack(env, FRAME_STACK)
+    return ChannelsLastFrameStack(LivesLost(env), FRAME_STACK)
+
+
+class LivesLost(gym.Wrapper):
+    """Marks a step that lost a life without ending the game: info[LIFE_LOST] = True."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        self.lives = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        info[LIFE_LOST] = lives < self.lives and not (terminated or truncated)
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 class ChannelsLastFrameStack(gym.Wrapper):

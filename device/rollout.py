@@ -12,7 +12,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from edge_rl.device.envs import make_env
+from edge_rl.device.envs import LIFE_LOST, make_env
 from edge_rl.device.observations import VECTOR, observation_kind
 from edge_rl.device.wire import Transitions
 
@@ -76,6 +76,7 @@ class Rollout:
         self._reward = np.zeros(num_envs, np.float32)
         self._terminated = np.zeros(num_envs, bool)
         self._truncated = np.zeros(num_envs, bool)
+        self._life_lost = np.zeros(num_envs, bool)
         self.episode_ids = np.arange(num_envs, dtype=np.int64)
         self._next_episode_id = num_envs
         self.episode_steps = np.zeros(num_envs, np.int64)
@@ -88,9 +89,10 @@ class Rollout:
     def step(self, actions: np.ndarray, deterministic_actions: np.ndarray) -> list[Transitions]:
         """Step every copy with its action; returns the batches this step completed."""
         next_obs, reward = self._next_obs, self._reward
-        terminated, truncated = self._terminated, self._truncated
+        terminated, truncated, life_lost = self._terminated, self._truncated, self._life_lost
         for i, env in enumerate(self.envs):
-            next_obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+            next_obs[i], reward[i], terminated[i], truncated[i], info = env.step(actions[i])
+            life_lost[i] = bool(info.get(LIFE_LOST, False))
         self.env_steps += len(self.envs)
         batches = self.builder.add({
             "observation": self.obs,
@@ -98,7 +100,9 @@ class Rollout:
             "deterministic_action": deterministic_actions,
             "reward": reward,
             "next_observation": next_obs,
-            "terminated": terminated,
+            # a life lost ends what the learner bootstraps through, not the episode (the env
+            # goes on, and the episode's return counts every life)
+            "terminated": terminated | life_lost,
             "truncated": truncated,
             "episode_id": self.episode_ids,
             "episode_step": self.episode_steps,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edge_rl.config import TF_BASELINE, TrainConfig
+from edge_rl.device.envs import ATARI
 from edge_rl.device.errors import UserError
 from edge_rl.device.exploration import ExplorationSettings
 from edge_rl.device.observations import ObservationSpec
@@ -149,6 +150,8 @@ def resolve_defaults(factory: AgentFactory, config: TrainConfig,
     algorithm's. Resolving a resolved config changes nothing. `--tiny` needs the env's
     `observation` and `action`."""
     config = _resolve_rlx2(config)
+    if config.reward_clip is None:  # the DQN papers clip Atari's rewards to [-1, 1]
+        config = config.replace(reward_clip=1.0 if config.env.startswith(ATARI) else 0.0)
     config = _resolve_algorithm(factory, config, observation)
     return _resolve_sparse(factory, config, observation, action)
 

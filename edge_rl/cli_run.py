@@ -59,6 +59,9 @@ RUN_OPTIONS = [
                  help="n-step returns.  [default: 3 for dqn and --delayed-nstep, 5 for d4pg, "
                       "else 1]"),
     click.option("--gamma", type=float, help="Discount.  [default: 0.99]"),
+    click.option("--reward-clip", type=float,
+                 help="Clip each reward to [-X, X] in the learner's targets (0: off).  "
+                      "[default: 1 for ALE/ envs, else 0]"),
     click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]"),
     click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]"),
     click.option("--max-in-flight", type=int, help="Unacked batches per actor.  [default: 4]"),

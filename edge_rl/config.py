@@ -79,6 +79,10 @@ class TrainConfig:
     warmup_steps: int | None = None  # transitions in replay before the first update
     replay_capacity: int | None = None  # None: 1,000,000
     nstep: int | None = None  # n-step returns
+    # Each reward clipped to [-reward_clip, reward_clip] in the learner's targets (0: as the env
+    # gives it; None: 1 for Atari, ALE/..., as the DQN papers train, else 0). Returns reported
+    # and evaluated stay the env's own.
+    reward_clip: float | None = None
     max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
 
     # broadcasts, evaluation, checkpoints
@@ -164,6 +168,8 @@ class TrainConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
         if self.max_update_lag < 0:
             raise UserError("--max-update-lag must not be negative")
+        if self.reward_clip is not None and not self.reward_clip >= 0:
+            raise UserError("--reward-clip must not be negative (0: no clipping)")
         if self.lockstep and self.actors != 1:
             raise UserError("--lockstep runs exactly one actor (drop --actors or set it to 1)")
         if not 0.0 < self.gamma <= 1.0:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import edge_rl, train
 
-from edge_rl.device.envs import describe_env, make_env
+from edge_rl.device.envs import LIFE_LOST, describe_env, make_env
 from edge_rl.device.errors import UserError
 from edge_rl.device.observations import FRAMES, PLANES, ObservationSpec
 
@@ -124,3 +124,37 @@ def test_dqn_on_atari_trains_exports_int8_and_evaluates(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     returned = re.search(r"^return: (\S+) ± \S+ over 1 episodes$", result.stdout, re.M)
     assert returned and -21.0 <= float(returned.group(1)) <= 21.0, result.stdout
+
+
+def test_a_lost_life_is_terminal_for_the_learner_and_the_game_goes_on():
+    """DQN's episodic life: the step that loses a life goes to the learner as terminal, the
+    actor plays on in the same episode, and the episode's return counts every life."""
+    import importlib
+
+    from edge_rl.device.rollout import Rollout
+
+    importlib.import_module("support.lives_env")
+    rollout = Rollout("support.lives_env:Lives-v0", 1, seed=0, batch_size=9,
+                      action_example=np.int64(0))
+    batches = []
+    while not batches:
+        batches = rollout.step(np.zeros(1, np.int64), np.zeros(1, np.int64))
+    (game,) = batches
+    assert game.terminated.tolist() == [False, False, True, False, False, True,
+                                        False, False, True]
+    assert game.episode_step.tolist() == list(range(9)) and len(set(game.episode_id)) == 1
+    np.testing.assert_array_equal(game.observation[3], game.next_observation[2])  # no reset
+    assert rollout.take_returns() == [9.0]
+
+
+def test_atari_says_when_a_life_is_lost():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    env = make_env("ALE/Breakout-v5", seed=0)
+    env.reset(seed=0)
+    lost, done = 0, False
+    while not done:
+        _, _, terminated, truncated, info = env.step(env.action_space.sample())
+        lost += info[LIFE_LOST]
+        done = terminated or truncated
+    assert lost == 4  # five lives: four lost, then the game ends with the fifth

@@ -291,3 +291,27 @@ def test_an_observation_the_frames_would_not_rebuild_is_kept_whole():
     assert exact.all()
     np.testing.assert_array_equal(observation, batch.observation)
     assert len(replay.stacks) >= int(starts.sum())
+
+
+def test_rewards_are_clipped_in_the_targets_only():
+    """Atari's learner clips each reward before the n-step sum; what is stored stays the
+    env's (returns are reported from the actors' own sums)."""
+    replay = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=2, seed=0, reward_clip=1.0)
+    replay.insert(0, batch(0, [0, 1, 2], [5.0, -3.0, 0.5], terminated_last=True))
+    rows = sample_all(replay, [0, 1, 2])
+    assert rows[0]["reward"] == pytest.approx(1.0 + GAMMA * -1.0)
+    assert rows[1]["reward"] == pytest.approx(-1.0 + GAMMA * 0.5)
+    assert rows[2]["reward"] == pytest.approx(0.5)
+    assert replay.data["reward"][:3].tolist() == [5.0, -3.0, 0.5]
+
+
+def test_atari_runs_clip_rewards_by_default_and_others_do_not():
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+    from edge_rl.config import TrainConfig
+
+    dqn = get_algorithm("dqn")
+    assert resolve_defaults(dqn, TrainConfig(env="ALE/Pong-v5")).reward_clip == 1.0
+    assert resolve_defaults(dqn, TrainConfig(env="CartPole-v1")).reward_clip == 0.0
+    told = TrainConfig(env="ALE/Pong-v5", reward_clip=0.0)
+    assert resolve_defaults(dqn, told).reward_clip == 0.0

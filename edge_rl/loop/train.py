@@ -97,6 +97,7 @@ class Training:
             observation_dtype=self.observation.dtype,
             once=self.observation.kind.once,
             stack=self.observation.stack,
+            reward_clip=config.reward_clip,
         )
         self.state = RunState()
         if resume:

@@ -59,8 +59,10 @@ class Replay(ReplayBuffer):
         observation_dtype: str = VECTOR.stored_dtype,  # as the observation kind stores them
         once: bool = False,  # each observation stored once (the kind's `once`)
         stack: int = 1,  # frames per observation on its last axis, each step adding one
+        reward_clip: float = 0.0,  # each reward clipped to [-c, c] in samples; 0: as given
     ):
         self.capacity = int(capacity)
+        self.reward_clip = float(reward_clip)
         self.once = once
         self.stack = int(stack)
         self.observation_shape = tuple(observation_shape)
@@ -225,7 +227,7 @@ class Replay(ReplayBuffer):
         next observation still stored."""
         d = self.data
         batch_size = len(index)
-        reward = d["reward"][index].astype(np.float64)
+        reward = self._clipped(d["reward"][index])
         steps = np.ones(batch_size, np.int64)
         last = index.copy()
         alive = ~(d["terminated"][index] | d["truncated"][index])
@@ -238,7 +240,7 @@ class Replay(ReplayBuffer):
                 & (d["episode_id"][following] == d["episode_id"][last])
                 & (d["episode_step"][following] == d["episode_step"][last] + 1)
             )
-            reward += np.where(ok, self.gamma**k * d["reward"][following], 0.0)
+            reward += np.where(ok, self.gamma**k * self._clipped(d["reward"][following]), 0.0)
             last = np.where(ok, following, last)
             steps += ok
             alive = ok & ~(d["terminated"][last] | d["truncated"][last])
@@ -252,6 +254,12 @@ class Replay(ReplayBuffer):
             "discount": discount.astype(np.float32),
             "next_observation": next_observation,
         }, exact & next_exact
+
+    def _clipped(self, rewards: np.ndarray) -> np.ndarray:
+        rewards = rewards.astype(np.float64)
+        if self.reward_clip > 0:
+            return np.clip(rewards, -self.reward_clip, self.reward_clip)
+        return rewards
 
     def observations(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The observation of the transition at each of `positions`, and whether it is exact
