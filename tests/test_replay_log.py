@@ -3,6 +3,8 @@
 import os
 import threading
 
+import numpy as np
+
 from edge_rl.transport.replay_log import HEADER, ReplayLog, read_records, segments
 
 
@@ -73,3 +75,22 @@ def test_forget_before_keeps_what_a_checkpoint_needs(tmp_path):
     kept = [p for _, p in read_records(tmp_path, ends[2])]
     assert len(kept) == 3
     log.close()
+
+
+def test_frames_are_stored_compressed_and_read_back_as_sent(tmp_path):
+    """A log made with `compress` (an image run's) keeps what compresses zlib-compressed and
+    the rest as it is, and reads every record back byte for byte, next to records an
+    uncompressed log wrote."""
+    flat = np.zeros(4000, np.uint8).tobytes()  # compresses, as frames do
+    noise = np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8).tobytes()  # not
+    plain = ReplayLog(tmp_path)
+    plain.append(noise)
+    plain.close()
+    log = ReplayLog(tmp_path, compress=True)
+    for payload in [flat, noise]:
+        log.append(payload)
+    log.close()
+    payloads = [payload for _, payload in read_records(tmp_path)]
+    assert payloads == [noise, flat, noise]
+    on_disk = sum(p.stat().st_size for p in tmp_path.glob("*.log"))
+    assert on_disk < 2 * 4000 + 200  # the flat record went compressed, noise as it was

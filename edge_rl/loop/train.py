@@ -104,7 +104,8 @@ class Training:
             self._restore(latest_checkpoint(self.run_dir / "checkpoints"))
             self.costs.restore(self.state.costs)
         self.ingest = Ingest(self.run_dir / "replay-log", self.replay, self.state.ledger,
-                             self.state.actors, self.state.log_position)
+                             self.state.actors, self.state.log_position,
+                             compress_log=self.observation.kind.once)
         self.exchange: core.PolicyExchange = self.ingest.exchange
         if resume:
             batches, transitions = self.ingest.recover(self.observation, self.action,

@@ -29,9 +29,9 @@ class Ingest:
     """Replay log, exchange and held acks of one learner process."""
 
     def __init__(self, log_dir: Path, replay: Replay, ledger_state: dict,
-                 actor_index: dict[str, int], position: Position):
+                 actor_index: dict[str, int], position: Position, compress_log: bool = False):
         self.replay = replay
-        self.log = ReplayLog(log_dir)
+        self.log = ReplayLog(log_dir, compress=compress_log)  # frames compress; vectors not
         self.exchange = Exchange(self.log, Ledger(ledger_state), actor_index)
         self.position: Position = tuple(position)  # end of the newest record in replay
         self.held: deque[PendingBatch] = deque()
