@@ -15,13 +15,15 @@ pytestmark = pytest.mark.slow
 def sparse_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sparse") / "run"
     return out, train(out, "--algo", "td3", "--env", "Pendulum-v1", "--sparsity", "0.9",
-                      "--rlx2", "--steps", "15000", "--eval-every", "2500", "--eval-episodes",
+                      "--rlx2", "--steps", "20000", "--eval-every", "2500", "--eval-episodes",
                       "10", "--topology-interval", "2500", "--seed", "0")
 
 
 def test_sparse_rlx2_td3_learns_pendulum(sparse_run):
     out, summary = sparse_run
-    assert summary["best_return"]["mean"] > -400  # seed 0 reaches about -145
+    # seed 0 reaches about -150 from 10k steps on (at 15k steps it learned only at its last
+    # evaluation, -202 once and -409 once: too close to the line)
+    assert summary["best_return"]["mean"] > -400
     assert summary["topology"] == "rigl" and summary["topology_updates"] >= 3
     # each network evolves every 2,500 of its own updates: TD3's actor trains every 2nd
     by_group = summary["topology_updates_by_group"]
@@ -37,7 +39,7 @@ def test_sparse_rlx2_td3_learns_pendulum(sparse_run):
     # broadcasts travel xz-packed: a fraction of the plain int8 file
     assert summary["policy_bytes"] < 0.3 * (out / "policy.tflite").stat().st_size
     config = json.loads((out / "config.json").read_text())
-    assert config["delayed_nstep"] and config["dynamic_buffer"] and config["nstep_delay"] == 7500
+    assert config["delayed_nstep"] and config["dynamic_buffer"] and config["nstep_delay"] == 10_000
 
 
 def test_export_keeps_the_erk_zeros_and_packs_small(sparse_run):
