@@ -273,10 +273,7 @@ def integer_input(model_bytes: bytes, value_max: float) -> bytes:
     TPU (whose compiler leaves the graph on the CPU from the first op it cannot map)."""
     model = read_model(model_bytes)
     graph = model.subgraphs[0]
-    consumers: dict[int, list] = {}
-    for op in graph.operators:
-        for index in op.inputs:
-            consumers.setdefault(int(index), []).append(op)
+    consumers = tensor_readers(graph)
 
     def only_reader(index: int) -> Any:
         readers = consumers.get(index, [])
@@ -317,6 +314,15 @@ def integer_input(model_bytes: bytes, value_max: float) -> bytes:
     graph.operators = [op for op in graph.operators if op is not cast]
     _drop_unused_tensors(graph)  # the CAST's float output
     return write_model(model)
+
+
+def tensor_readers(graph: Any) -> dict[int, list]:
+    """Tensor index -> the ops that read it, in execution order."""
+    found: dict[int, list] = {}
+    for op in graph.operators:
+        for index in op.inputs:
+            found.setdefault(int(index), []).append(op)
+    return found
 
 
 def _drop_unused_tensors(graph: Any) -> None:
@@ -364,11 +370,8 @@ def bounded_ranges(model: Any) -> dict[int, tuple[float, float]]:
     """Int8 tensor index -> (low, high) for the activations whose range follows from a TANH:
     its input, and the chain of elementwise ops with a constant operand after it."""
     graph = model.subgraphs[0]
-    consumers: dict[int, list] = {}
+    consumers = tensor_readers(graph)
     producers = {int(out): op for op in graph.operators for out in op.outputs}
-    for op in graph.operators:
-        for index in op.inputs:
-            consumers.setdefault(int(index), []).append(op)
     ranges: dict[int, tuple[float, float]] = {}
     for op in graph.operators:
         if builtin(model, op) != _OP.TANH or not _is_int8(graph, int(op.outputs[0])):

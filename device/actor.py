@@ -30,7 +30,6 @@ from edge_rl.device.accounting import (
     seconds_since_process_start,
 )
 from edge_rl.device.client import LearnerClient
-from edge_rl.device.envs import frame_stack
 from edge_rl.device.exploration import ExplorationSettings, Explorer
 from edge_rl.device.link import Link
 from edge_rl.device.observations import VECTOR
@@ -213,7 +212,7 @@ class Actor(Worker):
         rollout = Rollout(hello.env_id, max(1, hello.num_envs), int(hello.seed),
                           hello.batch_transitions, explorer.random_actions(1)[0])
         self.observation_kind = rollout.kind
-        self.frame_stack = frame_stack(rollout.envs[0])
+        self.frame_stack = rollout.stack
         log.info("actor %s acting in %s (%d envs) with %s; %d batches spooled",
                  self.client.actor_id, hello.env_id, len(rollout.envs), policy.runtime,
                  len(self.spool))

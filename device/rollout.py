@@ -12,7 +12,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from edge_rl.device.envs import LIFE_LOST, make_env
+from edge_rl.device.envs import LIFE_LOST, frame_stack, make_env
 from edge_rl.device.observations import VECTOR, observation_kind
 from edge_rl.device.wire import Transitions
 
@@ -68,6 +68,7 @@ class Rollout:
                  action_example: np.ndarray):
         self.envs = [make_env(env_id) for _ in range(num_envs)]
         self.kind = observation_kind(self.envs[0].observation_space)
+        self.stack = frame_stack(self.envs[0])  # frames stacked on its observations' last axis
         first = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(self.envs)]
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed * 1000 + i)

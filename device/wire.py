@@ -220,31 +220,32 @@ def validate_batch(
                          f"last axis {list(observation_shape)}")
     next_shape = ((*observation_shape[:-1], channels) if channels
                   else tuple(observation_shape))
-    check = _checked
     if action["kind"] == "discrete":
         action_dtype, action_shape = "int64", (n,)
     else:
         action_dtype, action_shape = "float32", (n, *action["shape"])
-    next_obs = check("next_observation", next_obs, observation_dtype, (n, *next_shape))
+    next_obs = _checked("next_observation", next_obs, observation_dtype, (n, *next_shape))
     t = Transitions(
         observation=next_obs,  # set below
         next_observation=next_obs,
-        action=check("action", from_tensor(batch.action, "action"), action_dtype, action_shape),
-        deterministic_action=check(
+        action=_checked("action", from_tensor(batch.action, "action"), action_dtype, action_shape),
+        deterministic_action=_checked(
             "deterministic_action",
             from_tensor(batch.deterministic_action, "deterministic_action"),
             action_dtype,
             action_shape,
         ),
-        reward=check("reward", from_tensor(batch.reward, "reward"), "float32", (n,)),
-        terminated=check(
+        reward=_checked("reward", from_tensor(batch.reward, "reward"), "float32", (n,)),
+        terminated=_checked(
             "terminated", from_tensor(batch.terminated, "terminated"), "uint8", (n,)
         ).astype(bool),
-        truncated=check(
+        truncated=_checked(
             "truncated", from_tensor(batch.truncated, "truncated"), "uint8", (n,)
         ).astype(bool),
-        episode_id=check("episode_id", from_tensor(batch.episode_id, "episode_id"), "int64", (n,)),
-        episode_step=check(
+        episode_id=_checked(
+            "episode_id", from_tensor(batch.episode_id, "episode_id"), "int64", (n,)
+        ),
+        episode_step=_checked(
             "episode_step", from_tensor(batch.episode_step, "episode_step"), "int64", (n,)
         ),
     )
@@ -260,20 +261,25 @@ def validate_batch(
     return t
 
 
+def _sent_observations(batch: wire_pb2.TrajectoryBatch, n: int, dtype: str,
+                       shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(row numbers, observations) the batch sent: every row's, or `observation_rows`'."""
+    rows = np.arange(n)
+    if batch.HasField("observation_rows"):
+        rows = from_tensor(batch.observation_rows, "observation_rows")
+        if rows.dtype != np.int64 or rows.ndim != 1 or (
+                len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0))):
+            raise BatchError(f"observation_rows: not ascending int64 row numbers below {n}")
+    sent = from_tensor(batch.observation, "observation")
+    return rows, _checked("observation", sent, dtype, (len(rows), *shape))
+
+
 def _observations(batch: wire_pb2.TrajectoryBatch, t: Transitions, dtype: str,
                   shape: tuple[int, ...]) -> np.ndarray:
     """The batch's observations [n, *shape]: as sent, or, where only some rows were
     (`observation_rows`), the others from their episode's previous next_observation."""
     n = len(t)
-    sent = from_tensor(batch.observation, "observation")
-    if not batch.HasField("observation_rows"):
-        rows = np.arange(n)
-    else:
-        rows = from_tensor(batch.observation_rows, "observation_rows")
-        if rows.dtype != np.int64 or rows.ndim != 1 or (
-                len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0))):
-            raise BatchError(f"observation_rows: not ascending int64 row numbers below {n}")
-    sent = _checked("observation", sent, dtype, (len(rows), *shape))
+    rows, sent = _sent_observations(batch, n, dtype, shape)
     if len(rows) == n:
         return sent
     previous = predecessors(t.episode_id, t.episode_step, t.terminated | t.truncated)
@@ -296,13 +302,7 @@ def _rebuild_stacked(batch: wire_pb2.TrajectoryBatch, t: Transitions, dtype: str
     t.next_observation). Rows go in episode order, so a row's observation is the next
     observation its previous step has just been given."""
     n = len(t)
-    sent = from_tensor(batch.observation, "observation")
-    rows = from_tensor(batch.observation_rows, "observation_rows") \
-        if batch.HasField("observation_rows") else np.arange(n)
-    if rows.dtype != np.int64 or rows.ndim != 1 or (
-            len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0))):
-        raise BatchError(f"observation_rows: not ascending int64 row numbers below {n}")
-    sent = _checked("observation", sent, dtype, (len(rows), *shape))
+    rows, sent = _sent_observations(batch, n, dtype, shape)
     previous = predecessors(t.episode_id, t.episode_step, t.terminated | t.truncated)
     given = dict(zip(rows.tolist(), range(len(rows)), strict=True))
     frames = t.next_observation

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import train
+from test_differential import plain_interpreter
 
 from edge_rl.device import bright_patch
 from edge_rl.device.envs import make_env
@@ -37,35 +38,6 @@ def run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pixels") / "run"
     train(out, "--env", ENV, "--steps", "15000", "--seed", "0")
     return out
-
-
-def plain_runner(runtime: str, model: bytes):
-    """The file's first output for one frame, by `runtime` alone, fed the frame as the env
-    gives it (uint8; no float conversion, no edge-rl code)."""
-    if runtime == "tflite_micro":
-        from tflite_micro.python.tflite_micro import runtime as micro
-
-        interpreter = micro.Interpreter.from_bytes(model, arena_size=1 << 21)
-
-        def run_micro(frame: np.ndarray) -> np.ndarray:
-            interpreter.set_input(frame[None], 0)
-            interpreter.invoke()
-            return np.array(interpreter.get_output(0)[0])
-
-        return run_micro
-    interpreter = importlib.import_module(f"{runtime}.interpreter").Interpreter(
-        model_content=model)
-    interpreter.allocate_tensors()
-    source = interpreter.get_input_details()[0]
-    sink = interpreter.get_output_details()[0]["index"]
-    assert source["dtype"] == np.uint8
-
-    def run_plain(frame: np.ndarray) -> np.ndarray:
-        interpreter.set_tensor(source["index"], frame[None])
-        interpreter.invoke()
-        return interpreter.get_tensor(sink)[0].copy()
-
-    return run_plain
 
 
 def greedy_return(runner, seed: int, episodes: int = 5) -> float:
@@ -95,7 +67,12 @@ def test_a_cnn_learns_bright_patch_with_int8_actors(run):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_shipped_file_plays_from_raw_frames_in_any_runtime(run, runtime):
     pytest.importorskip(runtime)
-    runner = plain_runner(runtime, (run / "policy.tflite").read_bytes())
+    model = (run / "policy.tflite").read_bytes()
+    interpreter = importlib.import_module("ai_edge_litert.interpreter").Interpreter(
+        model_content=model)
+    assert interpreter.get_input_details()[0]["dtype"] == np.uint8  # frames as the env gives
+    # the runner feeds the file's input dtype: uint8 frames as they are, no edge-rl code
+    runner = plain_interpreter(runtime, model)
     returns = [greedy_return(runner, seed) for seed in (11, 12, 13)]  # seeds no run saw
     assert min(returns) >= LEARNED, returns
 
@@ -174,7 +151,7 @@ def test_image_files_take_raw_frames_at_every_precision():
             assert (float(quantized.scale[0]), int(quantized.zeroPoint[0])) == (1.0, -128)
         if precision == "edgetpu":
             continue  # int8 output; its loading is checked below
-        outputs = np.concatenate([plain_runner("ai_edge_litert", flat)(f)[None]
+        outputs = np.concatenate([plain_interpreter("ai_edge_litert", flat)(f)[None]
                                   for f in frames])
         tolerance = 1e-5 if precision == "fp32" else 1e-3
         if precision == "int8":

@@ -126,14 +126,13 @@ FRAME_ENVS = {"EdgeRL/BrightPatch-v0": None, "MinAtar/Breakout-v1": "minatar",
 
 def frames_row(env_id: str, transitions: int, batch: int = 64) -> list[str]:
     """One env's wire and replay bytes a transition and the learner's ingest rate."""
-    from edge_rl.device.envs import describe_env, frame_stack
+    from edge_rl.device.envs import describe_env
     from edge_rl.device.rollout import Rollout
     from edge_rl.device.wire import decode_batch, encode_batch, validate_batch
     from edge_rl.replay.buffer import Replay
 
     observation, action = describe_env(env_id)
     rollout = Rollout(env_id, 1, seed=0, batch_size=batch, action_example=np.int64(0))
-    stack = frame_stack(rollout.envs[0])
     rng = np.random.default_rng(0)
     batches = []
     while len(batches) * batch < transitions:
@@ -142,7 +141,7 @@ def frames_row(env_id: str, transitions: int, batch: int = 64) -> list[str]:
     rollout.close()
     payloads = [encode_batch(b, run_id="bench", actor_id="a", incarnation=1, seq=i,
                              policy_version=1, observation_kind=observation.kind,
-                             frame_stack=stack) for i, b in enumerate(batches)]
+                             frame_stack=rollout.stack) for i, b in enumerate(batches)]
     n = sum(len(b) for b in batches)
     replay = Replay(n, observation.shape, (), "int64", gamma=0.99,
                     observation_dtype=observation.dtype, once=True, stack=observation.stack)

@@ -350,9 +350,10 @@ class Replay(ReplayBuffer):
         arrays["tails"] = np.asarray(tails, np.int64).reshape(-1, 3)
         stacks = dict(self.stacks)
         if self.stack > 1:  # stacks whose earlier frames the saved window leaves out go whole
-            observation, exact = self.observations(order)
-            for row in np.flatnonzero(exact & self._reaches_before(order, remap)).tolist():
-                stacks.setdefault(int(order[row]), observation[row])
+            reaching = order[self._reaches_before(order, remap)]  # a few, not the whole ring
+            observation, exact = self.observations(reaching)
+            for position, kept in zip(reaching[exact].tolist(), observation[exact], strict=True):
+                stacks.setdefault(position, kept)
         if self.once:
             for name, kept in (("final", self.final_observations), ("stacks", stacks)):
                 arrays[f"{name}_positions"], arrays[f"{name}_observations"] = self._packed(
