@@ -13,6 +13,8 @@ from edge_rl.device.errors import UserError
 from edge_rl.device.observations import describe_observations
 from edge_rl.device.policy import Policy
 
+EVAL_SEED = 1_000_000  # episode i of an evaluation resets with EVAL_SEED + i
+
 
 @dataclass(frozen=True)
 class EvalResult:
@@ -58,7 +60,7 @@ def evaluate(
     policy: Policy,
     env_id: str | None = None,
     episodes: int = 20,
-    seed: int = 1_000_000,
+    seed: int = EVAL_SEED,
     max_episode_steps: int | None = None,
     keep_observations: bool = False,
 ) -> EvalResult:

@@ -10,7 +10,9 @@ from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.converters.verify import (
+    CONFIRM_EPISODES,
     MAX_MEAN_ACTION_ERROR,
+    confirmed_return_gap,
     return_gap,
     tolerance_failures,
 )
@@ -25,6 +27,26 @@ def test_return_gap_allows_ten_percent_or_two_standard_errors():
     assert return_gap([0.0, 200.0], [-50.0, 50.0]) is None
     assert return_gap([0.0, 200.0], [-300.0, -300.0]) is not None
     assert return_gap([500.0] * 5, [510.0] * 5) is None  # better is never a gap
+
+
+def test_a_return_gap_is_confirmed_on_more_episodes_before_it_refuses():
+    played = []
+
+    def play(reference_return: float, candidate_return: float):
+        def more(first: int, count: int):
+            played.append((first, count))
+            return [reference_return] * count, [candidate_return] * count
+        return more
+
+    # no gap: nothing more is played
+    assert confirmed_return_gap([-900.0] * 2, [-910.0] * 2, play(0, 0)) is None
+    assert played == []
+    # a gap by chance on two episodes (a chaotic env): the next ten of each agree
+    assert confirmed_return_gap([-922.6] * 2, [-1018.9] * 2, play(-900.0, -905.0)) is None
+    assert played == [(2, CONFIRM_EPISODES)]
+    # a real loss stays one
+    gap = confirmed_return_gap([-922.6] * 2, [-1018.9] * 2, play(-900.0, -1100.0))
+    assert gap is not None and f"over {2 + CONFIRM_EPISODES} episodes" in gap
 
 
 def test_evaluations_keep_evenly_spaced_observations_within_their_budget(monkeypatch):

@@ -21,6 +21,9 @@ CASES = {  # the exported networks of the three algorithms, on envs of their kin
     "sac": "Pendulum-v1",  # mean and log-std head
     # frames: uint8 in, a convolution (its 1/255 folded into the weights), a reshape
     "dqn-frames": "EdgeRL/BrightPatch-v0",
+    # frames into an actor that reads its critic's encoder (agents/parts/networks)
+    "td3-frames": "EdgeRL/BrightPatchPoint-v0",
+    "sac-frames": "EdgeRL/BrightPatchPoint-v0",
 }
 
 
@@ -48,7 +51,8 @@ def train_a_little(layers, rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("algo,precision", [("dqn", "int8"), ("td3", "int8"), ("sac", "int8"),
                                             ("td3", "fp16"), ("dqn", "fp32"),
-                                            ("dqn-frames", "int8"), ("dqn-frames", "fp16")])
+                                            ("dqn-frames", "int8"), ("dqn-frames", "fp16"),
+                                            ("td3-frames", "int8"), ("sac-frames", "int8")])
 def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch):
     # The converter's activation ranges are the calibrated values' min and max: so are the
     # patcher's when it covers all of them (it clips the rarest 0.1% by default); and the

@@ -23,9 +23,9 @@ LEARNED = 0.9 * BEST_RETURN
 RUNTIMES = ("ai_edge_litert", "tflite_runtime", "tflite_micro")
 
 
-def env_frames(n: int, seed: int) -> np.ndarray:
+def env_frames(n: int, seed: int, env_id: str = ENV) -> np.ndarray:
     """`n` frames of the env as a policy sees them, from random play."""
-    env = make_env(ENV, seed=seed)
+    env = make_env(env_id, seed=seed)
     frames = [env.reset(seed=seed)[0]]
     while len(frames) < n:
         frame, _, terminated, truncated, _ = env.step(env.action_space.sample())

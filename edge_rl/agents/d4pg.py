@@ -22,10 +22,10 @@ from tf_agents.utils import common
 from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
 from edge_rl.agents.parts.networks import (
+    critic_encoder,
     deterministic_actor,
     distributional_critic,
     mlp_shapes,
-    vector_only,
 )
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
@@ -212,15 +212,15 @@ class D4PG:
                 raise UserError("--tau must be in (0, 1] and --exploration-noise >= 0")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
-        vector_only(observation, "D4PG")
         time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse
         options = config.algo_options
         atoms = int(options["atoms"])
-        actor = deterministic_actor(obs_spec, action_spec, config.hidden, sparse)
         critic_net = distributional_critic(obs_spec, action_spec, config.critic_layers, atoms,
-                                           "critic", sparse)
+                                           "critic", sparse, observation)
+        actor = deterministic_actor(obs_spec, action_spec, config.hidden, sparse,
+                                    critic_encoder(critic_net))
         actor_optimizer = MaskedAdam(learning_rate=config.learning_rate)
         critic_optimizer = MaskedAdam(learning_rate=config.learning_rate)
         agent = D4pgAgent(

@@ -11,10 +11,10 @@ from edge_rl.agents import register
 from edge_rl.agents.parts.networks import (
     SquashedGaussianActor,
     critic,
+    critic_encoder,
     export_model,
     mlp_shapes,
     squashed_gaussian_outputs,
-    vector_only,
 )
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
@@ -52,24 +52,26 @@ class SAC:
                 raise UserError("--tau must be in (0, 1]")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
-        vector_only(observation, "SAC")
         time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse
-        actor = SquashedGaussianActor(obs_spec, action_spec, config.hidden, sparse)
         optimizers = {
             # legacy Adam: SacAgent would convert any other optimizer to one
             name: MaskedLegacyAdam(learning_rate=config.learning_rate)
             for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
         }
+        critic_1 = critic(obs_spec, action_spec, config.critic_layers, "critic", sparse,
+                          observation)
+        actor = SquashedGaussianActor(obs_spec, action_spec, config.hidden, sparse,
+                                      encoder=critic_encoder(critic_1))
         agent = sac_agent.SacAgent(
             time_step_spec,
             action_spec,
-            critic_network=critic(obs_spec, action_spec, config.critic_layers, "critic", sparse),
+            critic_network=critic_1,
             # built, not copied: SacAgent copies critic 1 before it has variables, and a copy
             # of an unbuilt TFMOT wrapper would prune the original's kernel
             critic_network_2=critic(obs_spec, action_spec, config.critic_layers, "critic_2",
-                                    sparse),
+                                    sparse, observation),
             actor_network=actor,
             target_update_tau=config.algo_options["tau"],
             target_update_period=1,

@@ -9,7 +9,12 @@ from tf_agents.agents.td3 import td3_agent
 
 from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
-from edge_rl.agents.parts.networks import critic, deterministic_actor, mlp_shapes, vector_only
+from edge_rl.agents.parts.networks import (
+    critic,
+    critic_encoder,
+    deterministic_actor,
+    mlp_shapes,
+)
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
 from edge_rl.config import TrainConfig
@@ -55,12 +60,24 @@ class TD3:
                 raise UserError("noise settings must not be negative")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
-        vector_only(observation, "TD3")
         time_step_spec, action_spec = tf_specs(observation, action)
         obs_spec = time_step_spec.observation
         sparse = config.is_sparse
-        actor = deterministic_actor(obs_spec, action_spec, config.hidden, sparse)
-        critic_net = critic(obs_spec, action_spec, config.critic_layers, "critic", sparse)
+        critic_net = critic(obs_spec, action_spec, config.critic_layers, "critic", sparse,
+                            observation)
+        actor = deterministic_actor(obs_spec, action_spec, config.hidden, sparse,
+                                    critic_encoder(critic_net))
+        targets = {}
+        if observation.is_image:
+            # TF-Agents soft-updates the actor's target without the variables the actor shares
+            # with the critics, so the target actor must read the target critic's encoder
+            # (a copy of the actor would bring its own, and the variable lists would differ).
+            target_critic = critic(obs_spec, action_spec, config.critic_layers, "target_critic",
+                                   sparse, observation)
+            targets = {"target_critic_network": target_critic,
+                       "target_actor_network": deterministic_actor(
+                           obs_spec, action_spec, config.hidden, sparse,
+                           critic_encoder(target_critic))}
         actor_optimizer = MaskedAdam(learning_rate=config.learning_rate)
         critic_optimizer = MaskedAdam(learning_rate=config.learning_rate)
         options = config.algo_options
@@ -78,6 +95,7 @@ class TD3:
             target_policy_noise=options["target_policy_noise"],
             target_policy_noise_clip=options["target_policy_noise_clip"],
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
+            **targets,
         )
         agent.initialize()
         d = options["actor_update_period"]  # the actor and its loss run every d-th update

@@ -19,7 +19,7 @@ from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import EXPORT_PRECISIONS, TrainConfig
 from edge_rl.device.envs import describe_env
 from edge_rl.device.errors import UserError
-from edge_rl.device.evaluate import evaluate
+from edge_rl.device.evaluate import EVAL_SEED, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.device.policy_file import PolicyFileError, pack_policy, read_policy_metadata
 from edge_rl.runs.best_policy import GREEDY_ROWS, evenly_spaced
@@ -189,7 +189,7 @@ def check_export(reference: Policy, candidate: Policy, holdout: np.ndarray, env_
     same reset seeds (`episodes` of them, the tolerance; 0 skips the episodes).
     `reference_episodes`: fp32's EvalResult of those episodes, if already run."""
     from edge_rl.converters import compare_policies, verification_report
-    from edge_rl.converters.verify import return_gap, tolerance_failures
+    from edge_rl.converters.verify import confirmed_return_gap, tolerance_failures
 
     comparison = compare_policies(reference, candidate, holdout)
     lines = [verification_report(comparison, candidate, reference)]
@@ -205,7 +205,17 @@ def check_export(reference: Policy, candidate: Policy, holdout: np.ndarray, env_
                               (candidate.metadata.precision, result.returns)):
             lines.append(f"greedy return ({name}): {np.mean(returns):.2f} ± "
                          f"{np.std(returns):.2f} over {episodes} episodes")
-        gap = return_gap(fp32_result.returns, result.returns)
+
+        def play_more(first: int, count: int) -> tuple[list[float], list[float]]:
+            seed = EVAL_SEED + first  # the seeds after those played
+            more = (evaluate(reference, env_id, episodes=count, seed=seed).returns,
+                    evaluate(candidate, env_id, episodes=count, seed=seed).returns)
+            lines.append(f"a return gap over {first} episodes: played {count} more of each "
+                         f"(fp32 {np.mean(more[0]):.2f}, {candidate.metadata.precision} "
+                         f"{np.mean(more[1]):.2f})")
+            return more
+
+        gap = confirmed_return_gap(fp32_result.returns, result.returns, play_more)
         if gap:
             failures.append(gap)
     return ExportCheck(lines, failures)
