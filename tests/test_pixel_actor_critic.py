@@ -68,9 +68,7 @@ def test_the_actor_reads_its_critics_encoder_and_does_not_train_it(algo):
     agent = built.agent
     critic = getattr(agent, "_critic_network_1", None) or agent._critic_network
     encoder = convolutions(critic.layers[0].encoder)
-    actor_layers = (built.actor_network.layers if hasattr(built.actor_network, "layers")
-                    and built.actor_network.layers else built.actor_network.hidden_layers)
-    assert encoder and convolutions(actor_layers) == encoder  # the same layer objects
+    assert encoder and convolutions(built.actor_network.layers) == encoder  # the same objects
     # the exported network holds the encoder too: the file is the whole actor
     assert len(convolutions(built.export_model.layers)) == len(encoder)
     if algo == "td3":  # its target actor reads the target critic's encoder (TF-Agents dedups)
