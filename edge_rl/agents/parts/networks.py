@@ -127,8 +127,9 @@ class ReadsCriticEncoder:
             weight for weight in self._shared_weights() if id(weight) not in known]
 
 
-class ActorOnCriticEncoder(ReadsCriticEncoder, sequential.Sequential):
-    """A Sequential actor whose first `shared` layers are its critic's encoder."""
+class SequentialActor(ReadsCriticEncoder, sequential.Sequential):
+    """A Sequential actor whose first `shared` layers are its critic's encoder (none for
+    vector observations)."""
 
     def __init__(self, layers, input_spec=None, name=None, shared: int = 0):
         super().__init__(layers, input_spec=input_spec, name=name)
@@ -191,10 +192,8 @@ def deterministic_actor(observation_spec, action_spec, hidden: tuple[int, ...], 
         dense(dim, "tanh", "actor_out", sparse),
         tf.keras.layers.Lambda(lambda u: low + (u + 1.0) * 0.5 * (high - low), name="to_bounds"),
     ]
-    if encoder:
-        return ActorOnCriticEncoder(layers, input_spec=observation_spec, name="ActorNetwork",
-                                    shared=len(encoder))
-    return sequential.Sequential(layers, input_spec=observation_spec, name="ActorNetwork")
+    return SequentialActor(layers, input_spec=observation_spec, name="ActorNetwork",
+                           shared=len(encoder))
 
 
 def critic(observation_spec, action_spec, hidden: tuple[int, ...], name: str, sparse: bool,
