@@ -260,24 +260,22 @@ class PolicyPatcher:
         float_outputs = {int(i): int(self.twin.graph.inputs[0]) for i in graph_inputs}
         plan: list[_Activation] = []
         k = 0
-        # integer observations (frames): the twin dequantizes them where the int8 file
-        # quantizes them over the kind's fixed range (converters.flatbuffer.integer_input)
-        if twin_ops and builtin(self.twin.model, twin_ops[0]) == _OP.DEQUANTIZE \
-                and int(twin_ops[0].inputs[0]) in set(self.twin.graph.inputs):
-            k = 1
         for op in graph.operators:
             code = builtin(model, op)
             out = int(op.outputs[0])
             if code == _OP.DEQUANTIZE:  # into the float output stage, or the output
                 continue
-            if code == _OP.QUANTIZE and int(op.inputs[0]) in graph_inputs \
-                    and graph.tensors[int(op.inputs[0])].type != _TYPE.FLOAT32:
+            if code == _OP.QUANTIZE and graph.tensors[int(op.inputs[0])].type != _TYPE.FLOAT32:
+                # integer observations (frames), quantized over the kind's fixed range where
+                # the twin dequantizes them (converters.flatbuffer.integer_input)
                 rule, source = "fixed", -1
+                if k < len(twin_ops) and builtin(self.twin.model, twin_ops[k]) == _OP.DEQUANTIZE:
+                    k += 1
             elif code == _OP.QUANTIZE and int(op.inputs[0]) in float_outputs:
                 rule, source = "data", float_outputs[int(op.inputs[0])]
-            elif graph.tensors[out].type == _TYPE.FLOAT32:
-                # the float input layer or output stage: no int8 range; what it computes
-                # is the twin's same op
+            elif graph.tensors[out].type != _TYPE.INT8:
+                # the float input layer or output stage, or the integer input's own RESHAPEs:
+                # no int8 range; what it computes is the twin's same op
                 if k >= len(twin_ops) or builtin(self.twin.model, twin_ops[k]) != code:
                     raise NotPatchable("the int8 and fp32 graphs differ op by op")
                 float_outputs[out] = int(twin_ops[k].outputs[0])

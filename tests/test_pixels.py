@@ -165,6 +165,34 @@ def test_image_files_take_raw_frames_at_every_precision():
     assert np.mean(greedy == reference.argmax(axis=1)) >= 0.9
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_grayscale_frames_without_a_channel_axis_convert_and_patch(precision, monkeypatch):
+    """Rank-2 frames (height, width): the network adds the channel axis itself, so the file
+    takes the env's frames as they are, at any batch, and the patcher still writes it."""
+    from dataclasses import replace
+
+    from edge_rl.converters import convert, patch
+    from edge_rl.converters.patch import PolicyPatcher
+    from edge_rl.device import Policy
+    from edge_rl.device.tflite_file import output_step
+    from edge_rl.tf_setup import tf
+
+    # the patcher's ranges as the converter's (as test_patch does)
+    monkeypatch.setattr(patch, "COVERED_PERCENTILE", 100.0)
+    monkeypatch.setattr(patch, "BIAS_CORRECTION", False)
+    monkeypatch.setattr(patch, "BALANCE_FIRST_ACTIVATION", False)
+    tf.keras.utils.set_random_seed(0)
+    model, observation, action = image_network((16, 16))
+    frames = env_frames(300, seed=0)[..., 0]
+    meta = metadata(observation, action, precision)
+    fresh = convert(model, precision, frames, meta)  # checks batches of 1 and more
+    assert Policy(fresh).metadata.observation_shape == (16, 16)
+    patched = PolicyPatcher(model, precision, frames, meta).write(
+        frames, replace(meta, policy_version=2))
+    gap = np.abs(Policy(patched).outputs(frames) - Policy(fresh).outputs(frames)).max()
+    assert gap <= (output_step(fresh) * 1.001 if precision == "int8" else 1e-5)
+
+
 def test_the_nature_cnn_converts_for_the_edge_tpu():
     """Atari-sized frames get the Nature DQN's three convolutions, and its int8 file meets
     the Edge TPU's rules (4-D filters are weights, not activations)."""

@@ -43,7 +43,10 @@ def image_encoder(observation: ObservationSpec, name: str, sparse: bool) -> list
     shape = observation.shape
     layers = []
     if len(shape) == 2:  # grayscale frames without a channel axis
-        layers.append(tf.keras.layers.Reshape((*shape, 1), name=f"{name}_channels"))
+        # tf.reshape with a free batch (-1): Keras' Reshape layer takes the batch size from
+        # the input's shape, which the converter freezes at 1, so no other batch would run
+        layers.append(tf.keras.layers.Lambda(lambda x: tf.reshape(x, (-1, *shape, 1)),
+                                             name=f"{name}_channels"))
     scale = 1.0 / observation.kind.value_max
     layers.append(tf.keras.layers.Lambda(lambda x: tf.cast(x, tf.float32) * scale,
                                          name=f"{name}_scale"))
