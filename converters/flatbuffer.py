@@ -307,9 +307,7 @@ def integer_input(model_bytes: bytes, value_max: float) -> bytes:
             _rescale_bias(model, int(reader.inputs[2]), old_scale / new_scale)
         elif code not in _BIASED + _TAKE_ANY_INPUT_SCALE:
             raise ValueError(f"operator {code} reads the quantized input at its own scale")
-    q.scale = np.array([new_scale], np.float32)
-    q.zeroPoint = np.array([zero_point], np.int64)
-    q.min = q.max = None
+    set_per_tensor(q, new_scale, zero_point)
     quantize.inputs = np.array([raw[-1]], np.int32)
     graph.operators = [op for op in graph.operators if op is not cast]
     _drop_unused_tensors(graph)  # the CAST's float output
@@ -343,9 +341,15 @@ def _drop_unused_tensors(graph: Any) -> None:
 
 def _quantization(scale: float, zero_point: int) -> Any:
     q = schema.QuantizationParametersT()
-    q.scale = np.array([scale], np.float32)
-    q.zeroPoint = np.array([zero_point], np.int64)
+    set_per_tensor(q, scale, zero_point)
     return q
+
+
+def set_per_tensor(quantization: Any, scale: float, zero_point: int) -> None:
+    """One (scale, zero point) for the whole tensor, in place; any recorded range dropped."""
+    quantization.scale = np.array([scale], np.float32)
+    quantization.zeroPoint = np.array([zero_point], np.int64)
+    quantization.min = quantization.max = None
 
 
 def _rescale_bias(model: Any, index: int, factor: float) -> None:
@@ -450,9 +454,5 @@ def set_ranges(model_bytes: bytes, ranges: dict[int, tuple[float, float]]) -> by
     model = read_model(model_bytes)
     graph = model.subgraphs[0]
     for index, (low, high) in ranges.items():
-        scale, zero_point = asymmetric_int8(low, high)
-        quantization = graph.tensors[index].quantization
-        quantization.scale = np.array([scale], np.float32)
-        quantization.zeroPoint = np.array([zero_point], np.int64)
-        quantization.min = quantization.max = None
+        set_per_tensor(graph.tensors[index].quantization, *asymmetric_int8(low, high))
     return write_model(model)

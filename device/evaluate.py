@@ -81,7 +81,7 @@ def evaluate(
                 if kept is not None:
                     kept.add(obs)
                 start = time.perf_counter_ns()
-                action = policy.act(obs[None].astype(np.float32))[0]
+                action = policy.act(obs[None])[0]  # in the stored dtype (uint8 frames stay so)
                 latencies.append(time.perf_counter_ns() - start)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
