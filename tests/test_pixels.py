@@ -187,6 +187,13 @@ def test_grayscale_frames_without_a_channel_axis_convert_and_patch(precision, mo
     meta = metadata(observation, action, precision)
     fresh = convert(model, precision, frames, meta)  # checks batches of 1 and more
     assert Policy(fresh).metadata.observation_shape == (16, 16)
+    for runtime in RUNTIMES:  # the env's (16, 16) frames, as they are, in a plain runtime
+        pytest.importorskip(runtime)
+        plain = np.stack([plain_interpreter(runtime, fresh)(f) for f in frames[:20]])
+        # int8 kernels round differently from one runtime to the next: an output step or two
+        tolerance = 1e-5 if precision == "fp32" else 2 * output_step(fresh)
+        np.testing.assert_allclose(plain, Policy(fresh).outputs(frames[:20]), atol=tolerance,
+                                   err_msg=runtime)
     patched = PolicyPatcher(model, precision, frames, meta).write(
         frames, replace(meta, policy_version=2))
     gap = np.abs(Policy(patched).outputs(frames) - Policy(fresh).outputs(frames)).max()
