@@ -3,7 +3,8 @@
 Each step shows a 16x16 grayscale frame (uint8) of dim noise with one bright 4x4 patch at a
 random place in one of its four quadrants; the action names a quadrant (0 top-left, 1
 top-right, 2 bottom-left, 3 bottom-right) and is paid 1 when it names the patch's. An episode
-is 16 frames, so a policy that reads the frame scores 16 and one that guesses 4 on average.
+is 16 frames, cut by a time limit (truncated, not terminated), so a policy that reads the
+frame scores 16 and one that guesses 4 on average.
 
 EdgeRL/BrightPatchPoint-v0 shows the same frames to continuous-action algorithms (TD3, SAC,
 D4PG): the action is a point (x, y) in [-1, 1]^2, x to the right and y down, and each step pays
@@ -69,7 +70,12 @@ class BrightPatchEnv(gym.Env):
     def step(self, action):
         reward = self._reward(action)  # for the frame the action answers, before the next
         self._steps += 1
-        return self._draw(), reward, self._steps >= EPISODE_STEPS, False, {}
+        # A time limit truncates: nothing in a frame says how many steps are left, so an
+        # episode that terminated at its 16th would ask the critic for values the frame
+        # cannot predict (up to ~15 apart on the same frame, against action gaps of at most
+        # 1). Truncated, targets bootstrap through the limit and a frame's value is the same
+        # at every step (docs/pixels.md: TD3 learned and then lost the point env that way).
+        return self._draw(), reward, False, self._steps >= EPISODE_STEPS, {}
 
     def _reward(self, action) -> float:
         return float(int(action) == self._quadrant)
