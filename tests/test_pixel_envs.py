@@ -83,7 +83,7 @@ def test_without_the_extra_the_error_says_what_to_install(monkeypatch, env_id, m
 
 
 @pytest.mark.slow
-def test_dqn_on_atari_trains_exports_int8_and_evaluates(tmp_path):
+def test_dqn_on_atari_trains_exports_int8_and_edgetpu_and_evaluates(tmp_path):
     """Pong, as every episode of an untrained greedy policy ends there in ~760 steps (one
     that never serves Breakout plays 27,000): the Nature convolutions learn from uint8 stacks
     sent over gRPC, the int8 file takes them as they are, and the device runtime runs it."""
@@ -127,6 +127,16 @@ def test_dqn_on_atari_trains_exports_int8_and_evaluates(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     returned = re.search(r"^return: (\S+) ± \S+ over 1 episodes$", result.stdout, re.M)
     assert returned and -21.0 <= float(returned.group(1)) <= 21.0, result.stdout
+
+    # the Coral file of the same run: int8 throughout, and every operator one the Edge TPU maps
+    from edge_rl.converters.edgetpu import edgetpu_problems
+
+    coral_file = out / "policy-edgetpu.tflite"
+    result = edge_rl("export", out, "--edgetpu", "--verify-episodes", 1, "-o", coral_file)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert edgetpu_problems(coral_file.read_bytes()) == []
+    result = edge_rl("eval", coral_file, "--episodes", 1)
+    assert result.returncode == 0, result.stderr[-4000:]
 
 
 def test_a_lost_life_is_terminal_for_the_learner_and_the_game_goes_on():
