@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import train
 from test_differential import plain_interpreter
-from test_pixels import env_frames
+from test_pixels import env_frames, greedy_return
 
 from edge_rl.device import bright_patch
 from edge_rl.device.envs import make_env
@@ -108,20 +108,6 @@ def test_a_continuous_algorithm_trains_on_frames_and_ships_a_raw_frame_file(algo
         np.testing.assert_allclose(values, reference, atol=0.02, err_msg=runtime)
 
 
-def greedy_return(run, seed: int, episodes: int = 5) -> float:
-    """Mean return of `run` (a plain interpreter fed the env's uint8 frames), acting greedily."""
-    env = make_env(ENV, seed=seed)
-    total = 0.0
-    for episode in range(episodes):
-        frame, _ = env.reset(seed=seed * 100 + episode)
-        done = False
-        while not done:
-            frame, reward, terminated, truncated, _ = env.step(run(frame)[:2])
-            total += reward
-            done = terminated or truncated
-    return total / episodes
-
-
 @pytest.mark.slow
 def test_td3_learns_to_point_at_the_bright_patch_and_keeps_it(tmp_path):
     """Int8 actors, the default loop: TD3 reaches 90% of the best return (14.4 of 16, where
@@ -133,5 +119,5 @@ def test_td3_learns_to_point_at_the_bright_patch_and_keeps_it(tmp_path):
     assert summary["best_return"]["mean"] >= LEARNED, summary["evaluations"]
     assert summary["final_return"]["mean"] >= LEARNED, summary["evaluations"]
     run = plain_interpreter("ai_edge_litert", (out / "policy.tflite").read_bytes())
-    returns = [greedy_return(run, seed) for seed in (11, 12, 13)]
+    returns = [greedy_return(lambda frame: run(frame)[:2], seed, ENV) for seed in (11, 12, 13)]
     assert min(returns) >= LEARNED, returns
