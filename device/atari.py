@@ -7,8 +7,8 @@ the standard DQN preprocessing (Mnih et al. 2015, as Machado et al. 2018 evaluat
   frames with the last two max-pooled, grayscale, resized to 84x84 (INTER_AREA), kept uint8
   (no scaling: the network scales, the int8 file takes the raw bytes); an episode still ends
   at game over, and a step that loses a life says so in its info (`LIFE_LOST`): training
-  actors send it as terminal for the learner and play on (episodic life), evaluations play
-  whole games;
+  actors mark it `life_lost` for the learner, whose targets end there, and play on (episodic
+  life; the episode and its frames go on), evaluations play whole games;
 - the last 4 preprocessed frames as channels, last axis: uint8 (84, 84, 4), the `frames`
   observation kind (edge_rl.device.observations). At reset the stack is the reset frame 4
   times.

@@ -17,7 +17,8 @@ EDGE_RL_ENVS = "EdgeRL/"  # edge-rl's own test envs (edge_rl.device.bright_patch
 MINATAR = "MinAtar/"  # MinAtar/<Game>-v1 (the [minatar] extra): bool planes (10, 10, channels)
 ATARI = "ALE/"  # ALE/<Game>-v5 (the [atari] extra), preprocessed as DQN does (device/atari.py)
 # An env's info says this is true when a step lost a life but did not end the episode (Atari):
-# actors send that step as terminal for the learner and play on (DQN's episodic life).
+# actors mark that step `life_lost` (the learner's targets end there, not the episode) and play
+# on (DQN's episodic life).
 LIFE_LOST = "life_lost"
 
 

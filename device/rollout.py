@@ -34,6 +34,7 @@ class BatchBuilder:
             "reward": ((), np.float32),
             "terminated": ((), np.bool_),
             "truncated": ((), np.bool_),
+            "life_lost": ((), np.bool_),
             "episode_id": ((), np.int64),
             "episode_step": ((), np.int64),
         }
@@ -101,10 +102,11 @@ class Rollout:
             "deterministic_action": deterministic_actions,
             "reward": reward,
             "next_observation": next_obs,
-            # a life lost ends what the learner bootstraps through, not the episode (the env
-            # goes on, and the episode's return counts every life)
-            "terminated": terminated | life_lost,
+            "terminated": terminated,
             "truncated": truncated,
+            # a life lost ends what the learner bootstraps through, not the episode (the env
+            # goes on, its frames too, and the episode's return counts every life)
+            "life_lost": life_lost,
             "episode_id": self.episode_ids,
             "episode_step": self.episode_steps,
         })

@@ -78,6 +78,13 @@ class Transitions:
     truncated: np.ndarray  # bool [n]
     episode_id: np.ndarray  # int64 [n]
     episode_step: np.ndarray  # int64 [n]
+    # bool [n]: the step lost a life and the episode goes on (Atari's episodic life): the
+    # learner's targets end there, the episode's links and frames do not. None: no row did.
+    life_lost: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.life_lost is None:
+            self.life_lost = np.zeros(len(self), bool)
 
     def __len__(self) -> int:
         return int(self.reward.shape[0])
@@ -114,6 +121,8 @@ def encode_batch(
             extra["next_frame_channels"] = channels
         observation = observation[rows]
         extra["observation_rows"] = to_tensor(rows.astype(np.int64))
+    if np.any(t.life_lost):
+        extra["life_lost"] = to_tensor(t.life_lost.astype(np.uint8))
     if costs is not None:
         if costs.energy_method:
             extra["energy"] = wire_pb2.EnergyReport(
@@ -249,6 +258,9 @@ def validate_batch(
             "episode_step", from_tensor(batch.episode_step, "episode_step"), "int64", (n,)
         ),
     )
+    if batch.HasField("life_lost"):
+        t.life_lost = _checked("life_lost", from_tensor(batch.life_lost, "life_lost"), "uint8",
+                               (n,)).astype(bool)
     if channels:
         _rebuild_stacked(batch, t, observation_dtype, observation_shape, channels)
     else:

@@ -139,9 +139,10 @@ def test_dqn_on_atari_trains_exports_int8_and_edgetpu_and_evaluates(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
 
 
-def test_a_lost_life_is_terminal_for_the_learner_and_the_game_goes_on():
-    """DQN's episodic life: the step that loses a life goes to the learner as terminal, the
-    actor plays on in the same episode, and the episode's return counts every life."""
+def test_a_lost_life_is_marked_for_the_learner_and_the_game_goes_on():
+    """DQN's episodic life: the step that loses a life goes to the learner marked `life_lost`
+    (its targets end there) but not terminated, the actor plays on in the same episode, and
+    the episode's return counts every life."""
     import importlib
 
     from edge_rl.device.rollout import Rollout
@@ -153,8 +154,9 @@ def test_a_lost_life_is_terminal_for_the_learner_and_the_game_goes_on():
     while not batches:
         batches = rollout.step(np.zeros(1, np.int64), np.zeros(1, np.int64))
     (game,) = batches
-    assert game.terminated.tolist() == [False, False, True, False, False, True,
-                                        False, False, True]
+    assert game.life_lost.tolist() == [False, False, True, False, False, True,
+                                       False, False, False]
+    assert game.terminated.tolist() == [False] * 8 + [True]
     assert game.episode_step.tolist() == list(range(9)) and len(set(game.episode_id)) == 1
     np.testing.assert_array_equal(game.observation[3], game.next_observation[2])  # no reset
     assert rollout.take_returns() == [9.0]

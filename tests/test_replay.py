@@ -60,6 +60,33 @@ def test_nstep_returns_cut_at_termination_and_bootstrap_on_truncation():
     assert rows[1]["discount"] == pytest.approx(1.0)  # truncation bootstraps (gamma^0 here)
 
 
+def test_a_lost_life_ends_the_targets_but_not_the_episode(tmp_path):
+    """Atari's episodic life: a step that lost a life gets no bootstrap and n-step sums stop
+    there, yet the episode's links go through it (the next life's frames rebuild from the
+    previous life's), and the flag survives a save and a load."""
+    lost = batch(7, [0, 1, 2, 3], [1, 2, 4, 8])
+    lost.life_lost[1] = True
+    replay = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=3, seed=0)
+    replay.insert(0, lost)
+    replay.save(tmp_path / "replay.npz")
+    loaded = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=3, seed=0)
+    loaded.load(tmp_path / "replay.npz")
+    for candidate in (replay, loaded):
+        rows = sample_all(candidate, [0, 1, 2])
+        assert rows[0]["reward"] == pytest.approx(1 + GAMMA * 2)  # stops at the lost life
+        assert rows[0]["discount"] == 0.0
+        assert rows[1]["discount"] == 0.0
+        assert rows[2]["reward"] == pytest.approx(4 + GAMMA * 8)  # the next life's own sum
+        assert rows[2]["discount"] == pytest.approx(GAMMA)
+        assert candidate.data["successor"][1] == 2  # the episode goes on through it
+    # a replay saved before the flag existed loads with no life lost
+    with np.load(tmp_path / "replay.npz") as saved:
+        older = {name: saved[name] for name in saved.files if name != "life_lost"}
+    np.savez(tmp_path / "older.npz", **older)
+    loaded.load(tmp_path / "older.npz")
+    assert not loaded.data["life_lost"].any()
+
+
 def test_missing_successor_gives_shorter_return():
     replay = Replay(100, (1,), (), "int64", gamma=GAMMA, nstep=3, seed=0)
     replay.insert(0, batch(1, [0, 1], [1, 1]))  # steps 2.. not arrived yet

@@ -64,18 +64,24 @@ def test_the_stubs_need_no_newer_protobuf_than_the_install_allows():
     assert version(google.protobuf.__version__) >= version(generated[1])
 
 
-def test_batch_round_trip_keeps_terminated_and_truncated_apart():
+def test_batch_round_trip_keeps_terminated_truncated_and_lost_lives_apart():
     t = transitions()
     t.truncated[1] = True
+    assert not decode_batch(encode(t)).HasField("life_lost")  # sent only where a life was lost
+    t.life_lost[2] = True
     batch = decode_batch(encode(t))
     assert batch.protocol_version == PROTOCOL_VERSION
     assert (batch.actor_id, batch.incarnation, batch.seq, batch.policy_version) == ("a", 1, 3, 2)
     back = validate_batch(batch, *CARTPOLE)
     for name in ("observation", "action", "reward", "next_observation", "terminated",
-                 "truncated", "episode_id", "episode_step", "deterministic_action"):
+                 "truncated", "life_lost", "episode_id", "episode_step", "deterministic_action"):
         np.testing.assert_array_equal(getattr(back, name), getattr(t, name))
     assert back.terminated.tolist() == [False] * 4 + [True]
     assert back.truncated.tolist() == [False, True, False, False, False]
+    assert back.life_lost.tolist() == [False, False, True, False, False]
+    batch.life_lost.CopyFrom(to_tensor(np.ones(4, np.uint8)))  # one row short
+    with pytest.raises(BatchError, match="life_lost: shape"):
+        validate_batch(batch, *CARTPOLE)
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,12 @@ does not depend on its values. Calibration rows are random frames (planes of 0/1
 0..255). Every file is timed by `edge-rl bench latency`'s code (edge_rl.device.bench_latency),
 one thread, batch 1.
 
-The frames table steps each env (BrightPatch always; MinAtar Breakout and Atari Pong where
-their extras are installed) with random actions through the actor's own `Rollout` and
-`encode_batch`, and times what the learner does with each batch: `decode_batch`,
-`validate_batch` (which rebuilds the frames sent once) and `Replay.insert`. "Whole" is what
-the same transitions cost with an observation and a next observation each.
+The frames table steps each env (BrightPatch always; MinAtar Breakout, Atari Pong and Atari
+Breakout, which loses lives, where their extras are installed) with random actions through
+the actor's own `Rollout` and `encode_batch`, and times what the learner does with each
+batch: `decode_batch`, `validate_batch` (which rebuilds the frames sent once) and
+`Replay.insert`. "Whole" is what the same transitions cost with an observation and a next
+observation each.
 """
 
 from __future__ import annotations
@@ -119,9 +120,10 @@ def measure(name: str, kind_name: str, shape: tuple[int, ...], hidden: tuple[int
     return rows
 
 
-# env -> (batch transitions, as an actor sends them); which envs need which extra
+# env -> the module its extra installs. Atari Breakout loses lives inside an episode, which
+# must not cost whole stacks; Pong has none.
 FRAME_ENVS = {"EdgeRL/BrightPatch-v0": None, "MinAtar/Breakout-v1": "minatar",
-              "ALE/Pong-v5": "ale_py"}
+              "ALE/Pong-v5": "ale_py", "ALE/Breakout-v5": "ale_py"}
 
 
 def frames_row(env_id: str, transitions: int, batch: int = 64) -> list[str]:

@@ -8,7 +8,9 @@ actors' batches interleave. A successor is trusted only if the slot still holds 
 With n steps and discount gamma, a sample's reward is sum_k gamma^k r_k over the k <= n steps
 that exist, and its discount is gamma^(k-1) (0 if the last step terminated), so that a
 TF-Agents agent, which bootstraps with gamma * discount * Q(next), uses gamma^k. Rewards stop
-at episode ends; truncation bootstraps, termination does not.
+at episode ends; truncation bootstraps, termination does not. A lost life (`life_lost`, Atari's
+episodic life) ends the targets as a termination does, but not the episode: its links stay, so
+the frames after it are still stored once.
 
 With `once` (image observations: edge_rl.device.observations), each observation is stored
 once: a transition's next observation is its successor's observation, and only transitions
@@ -38,8 +40,8 @@ from edge_rl.device.wire import Transitions
 
 _FIELDS = (
     "observation", "next_observation", "action", "deterministic_action", "reward",
-    "terminated", "truncated", "actor_key", "episode_id", "episode_step", "successor",
-    "predecessor",
+    "terminated", "truncated", "life_lost", "actor_key", "episode_id", "episode_step",
+    "successor", "predecessor",
 )
 MAX_REDRAWS = 100  # rounds of redrawing samples whose frames the ring overwrote
 
@@ -84,6 +86,7 @@ class Replay(ReplayBuffer):
             "reward": ((), np.float32),
             "terminated": ((), np.bool_),
             "truncated": ((), np.bool_),
+            "life_lost": ((), np.bool_),
             "actor_key": ((), np.int64),
             "episode_id": ((), np.int64),
             "episode_step": ((), np.int64),
@@ -138,7 +141,7 @@ class Replay(ReplayBuffer):
         d = self.data
         stored = [name for name in ("observation", "next_observation", "action",
                                     "deterministic_action", "reward", "terminated", "truncated",
-                                    "episode_id", "episode_step") if name in d]
+                                    "life_lost", "episode_id", "episode_step") if name in d]
         for ring, batch in slices:
             for name in stored:
                 values = getattr(transitions, name)[batch]
@@ -230,7 +233,7 @@ class Replay(ReplayBuffer):
         reward = self._clipped(d["reward"][index])
         steps = np.ones(batch_size, np.int64)
         last = index.copy()
-        alive = ~(d["terminated"][index] | d["truncated"][index])
+        alive = ~self._stops(index)
         for k in range(1, self.nstep):
             following = d["successor"][last]
             ok = alive & (following >= 0)
@@ -243,8 +246,9 @@ class Replay(ReplayBuffer):
             reward += np.where(ok, self.gamma**k * self._clipped(d["reward"][following]), 0.0)
             last = np.where(ok, following, last)
             steps += ok
-            alive = ok & ~(d["terminated"][last] | d["truncated"][last])
-        discount = np.where(d["terminated"][last], 0.0, self.gamma ** (steps - 1))
+            alive = ok & ~self._stops(last)
+        discount = np.where(d["terminated"][last] | d["life_lost"][last], 0.0,
+                            self.gamma ** (steps - 1))
         observation, exact = self.observations(index)
         next_observation, next_exact = self.next_observations(last)
         return {
@@ -254,6 +258,11 @@ class Replay(ReplayBuffer):
             "discount": discount.astype(np.float32),
             "next_observation": next_observation,
         }, exact & next_exact
+
+    def _stops(self, positions: np.ndarray) -> np.ndarray:
+        """Whether the targets stop after each transition: its episode ended or a life was lost."""
+        d = self.data
+        return d["terminated"][positions] | d["truncated"][positions] | d["life_lost"][positions]
 
     def _clipped(self, rewards: np.ndarray) -> np.ndarray:
         rewards = rewards.astype(np.float64)
@@ -372,7 +381,7 @@ class Replay(ReplayBuffer):
             self.capacity = max(capacity, n)
             self.data = self._allocate(self.capacity)
             for name in _FIELDS:
-                if name in self.data:
+                if name in self.data and name in saved:  # life_lost: not in older saves
                     self.data[name][:n] = saved[name]
             if self.once:
                 self.final_observations = self._unpacked(saved, "final")

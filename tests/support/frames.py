@@ -22,7 +22,8 @@ def frame_batches(n_batches: int, num_envs: int = 3, batch_size: int = 37):
 def stacked_frame_batches(n_batches: int, num_envs: int = 3, batch_size: int = 41,
                           seed: int = 1):
     """Batches of 4-frame stacks (edge_rl.device.atari's stacker over 8x8 frames of noise,
-    episodes of random length), several envs interleaved, as an actor sends them."""
+    episodes of random length, lives lost at random steps in between), several envs
+    interleaved, as an actor sends them."""
     import gymnasium as gym
 
     from edge_rl.device.atari import ChannelsLastFrameStack
@@ -37,7 +38,8 @@ def stacked_frame_batches(n_batches: int, num_envs: int = 3, batch_size: int = 4
 
         def step(self, action):
             frame = self.np_random.integers(0, 256, (8, 8), dtype=np.uint8)
-            return frame, 1.0, bool(self.np_random.random() < 0.05), False, {}
+            ends, loses = self.np_random.random(2) < (0.05, 0.1)
+            return frame, 1.0, bool(ends), False, {"life_lost": bool(loses and not ends)}
 
     envs = [ChannelsLastFrameStack(Noise(), 4) for _ in range(num_envs)]
     rng = np.random.default_rng(seed)
@@ -48,11 +50,11 @@ def stacked_frame_batches(n_batches: int, num_envs: int = 3, batch_size: int = 4
     while len(rows) < n_batches * batch_size:
         for i, env in enumerate(envs):
             action = int(rng.integers(2))
-            following, reward, terminated, truncated, _ = env.step(action)
+            following, reward, terminated, truncated, info = env.step(action)
             rows.append(dict(observation=observations[i].copy(), action=action, reward=reward,
                              next_observation=following, terminated=terminated,
-                             truncated=truncated, episode_id=episode_ids[i],
-                             episode_step=steps[i]))
+                             truncated=truncated, life_lost=info["life_lost"],
+                             episode_id=episode_ids[i], episode_step=steps[i]))
             steps[i] += 1
             if terminated or truncated:
                 following = env.reset()[0]
@@ -73,4 +75,5 @@ def _transitions(rows: list[dict]):
         deterministic_action=column("action", np.int64), reward=column("reward", np.float32),
         next_observation=column("next_observation", np.uint8),
         terminated=column("terminated", bool), truncated=column("truncated", bool),
-        episode_id=column("episode_id", np.int64), episode_step=column("episode_step", np.int64))
+        episode_id=column("episode_id", np.int64), episode_step=column("episode_step", np.int64),
+        life_lost=column("life_lost", bool))
