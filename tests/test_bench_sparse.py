@@ -54,6 +54,12 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     fake_run(cheetah / "dense-s0", [5000.0] * 10, dense)
     (cheetah / "dense-s0" / "policy-fp32.tflite").unlink()
 
+    # Walker2d: dense rising by 100 an evaluation, RLx2 by 50, RigL flat above both
+    walker = out / "td3-Walker2d-v5-300k"
+    fake_run(walker / "dense-s0", [100.0 * i for i in range(20)], dense)
+    fake_run(walker / "rlx2-a97c95-s0", [50.0 * i for i in range(20)], dense // 20)
+    fake_run(walker / "rigl-a97c95-s0", [2000.0] * 20, dense // 20)
+
     result = subprocess.run([*command, "--table-only"], check=True, capture_output=True,
                             text=True).stdout
     statuses = dict(line.split()[:2] for line in result.splitlines() if "-300k/" in line)
@@ -67,4 +73,11 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "2" and cells[2] == "2960 ± 0" and cells[3].startswith("98.7 [")
     assert cells[4] == "97.0" and cells[5] == "0.040"
+    # the pace table: RLx2's score (mean of 50 * 10..19 = 725) is dense's 10-evaluation mean
+    # at its 13th evaluation (100 * (12 - 4.5) = 750 >= 725), and both still climb from 225 and
+    # 450 ten evaluations before
+    walker_table = result[result.index("Walker2d-v5, 300"):]
+    assert "| rlx2-a97c95 | 65,000 | +222% |" in walker_table
+    assert "| rigl-a97c95 | never (above dense) | +0% |" in walker_table
+    assert "| dense | - | +222% |" in walker_table
     assert (out / "table.md").read_text().strip() == result[result.index("# RLx2"):].strip()

@@ -276,7 +276,41 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
     if any(not file_sizes(row.runs[0].run_dir)[0] for row in rows):
         lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
                   "see the run's log), so none was written.", ""]
-    return lines + compression_table(rows, dense) + [""]
+    return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""]
+
+
+def window_means(summary: dict) -> tuple[list[int], np.ndarray]:
+    """(env steps, mean return of the LAST_EVALUATIONS evaluations up to each step), from the
+    first full window on: the score's own measure, along the run."""
+    returns = np.asarray([e["mean"] for e in summary["evaluations"]])
+    steps = [e["env_steps"] for e in summary["evaluations"]][LAST_EVALUATIONS - 1:]
+    sums = np.convolve(returns, np.ones(LAST_EVALUATIONS), mode="valid")
+    return steps, sums / LAST_EVALUATIONS
+
+
+def pace_table(rows: list[Row], dense: Row) -> list[str]:
+    """How far behind dense a method is in env steps (where dense's seeds' mean curve first
+    reached the method's score), and whether the method was still improving at the end (its
+    last LAST_EVALUATIONS evaluations against the ones before): what a longer budget would do."""
+    curves = [window_means(s) for s in dense.summaries]
+    n = min(len(means) for _, means in curves)
+    dense_steps, dense_curve = curves[0][0][:n], np.mean([m[:n] for _, m in curves], axis=0)
+    lines = [f"| method | dense's curve reached this score at (env steps) | last "
+             f"{LAST_EVALUATIONS} evaluations against the {LAST_EVALUATIONS} before |",
+             "|---|---|---|"]
+    for row in rows:
+        reached = np.flatnonzero(dense_curve >= np.mean(row.scores))
+        at = ("-" if row is dense else f"{dense_steps[reached[0]]:,}" if len(reached) else
+              "never (above dense)")
+        changes = []
+        for summary in row.summaries:
+            _, means = window_means(summary)
+            if len(means) > LAST_EVALUATIONS:
+                before, last = means[-LAST_EVALUATIONS - 1], means[-1]
+                changes.append(100 * (last - before) / max(abs(before), 1e-9))
+        trend = f"{np.mean(changes):+.0f}%" if changes else "-"
+        lines.append(f"| {row.setting.label} | {at} | {trend} |")
+    return lines + [""]
 
 
 def compression_table(rows: list[Row], dense: Row) -> list[str]:
