@@ -46,6 +46,8 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
         fake_run(hopper / f"rlx2-a90c85-s{seed}", [3010.0] * 10, dense // 8)
         fake_run(hopper / f"rlx2-a95c90-s{seed}", [2990.0] * 10, dense // 12)
         fake_run(hopper / f"rlx2-a98c95-s{seed}", [2960.0] * 10, dense // 25)
+    # the export check refused one seed's int8 file: the row shows the other seed's file
+    (hopper / "rigl-a98c95-s0" / "policy-int8.tflite").unlink()
     # an interrupted run with a checkpoint resumes; one exported in part is exported again
     cheetah = out / "td3-HalfCheetah-v5-300k"
     fake_run(cheetah / "rigl-a90c85-s0", [100.0] * 10, dense // 7, finished=False)
@@ -73,6 +75,9 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "2" and cells[2] == "2960 ± 0" and cells[3].startswith("98.7 [")
     assert cells[4] == "97.0" and cells[5] == "0.040"
+    rigl = next(line for line in result.splitlines() if line.startswith("| rigl-a98c95 |"))
+    assert "1.0 KiB (1 of 2 refused)" in rigl
+    assert "none was written for that seed" in result
     # the pace table: RLx2's score (mean of 50 * 10..19 = 725) is dense's 10-evaluation mean
     # at its 13th evaluation (100 * (12 - 4.5) = 750 >= 725), and both still climb from 225 and
     # 450 ten evaluations before

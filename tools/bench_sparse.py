@@ -259,7 +259,10 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
         scores = row.scores
         low, high = bootstrap_ratio(scores, dense.scores, rng)
         percent = 100 * np.mean(scores) / np.mean(dense.scores)
-        plain, packed = file_sizes(row.runs[0].run_dir)
+        # the files of the first seed whose int8 export was written (the check may refuse one)
+        sizes = [file_sizes(run.run_dir) for run in row.runs]
+        plain, packed = next((size for size in sizes if size[0]), (0, 0))
+        refused = sum(1 for size in sizes if not size[0])
         stored = (f"{packed / 1024:.1f} KiB ({fp32_bytes / packed:.1f}x < fp32)"
                   if packed and fp32_bytes else "-")
         published = paper.get(row.setting.method) if row.setting.sparsity == PAPER.get(
@@ -271,11 +274,12 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
             f"{parameters(summary) / dense_params:.3f} | "
             f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
             f"{summary['networks']['inference_flops'] / dense_infer:.3f} | "
-            f"{f'{plain / 1024:.1f} KiB' if plain else 'refused'} | {stored} |")
+            f"{f'{plain / 1024:.1f} KiB' if plain else 'refused'}"
+            f"{f' ({refused} of {len(sizes)} refused)' if plain and refused else ''} | {stored} |")
     lines.append("")
-    if any(not file_sizes(row.runs[0].run_dir)[0] for row in rows):
+    if any(not file_sizes(run.run_dir)[0] for row in rows for run in row.runs):
         lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
-                  "see the run's log), so none was written.", ""]
+                  "see the run's log), so none was written for that seed.", ""]
     return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""]
 
 
