@@ -254,6 +254,7 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
     lines += ["| method | seeds | score (mean ± sd) | % of dense [95% CI] | paper (3M) | params "
               "| train FLOPs | infer FLOPs | int8 file | sent and stored (vs dense fp32) |",
               "|---|---|---|---|---|---|---|---|---|---|"]
+    any_refused = False
     for row in rows:
         summary = row.summaries[0]
         scores = row.scores
@@ -263,6 +264,9 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
         sizes = [file_sizes(run.run_dir) for run in row.runs]
         plain, packed = next((size for size in sizes if size[0]), (0, 0))
         refused = sum(1 for size in sizes if not size[0])
+        any_refused = any_refused or refused > 0
+        int8_file = (f"{plain / 1024:.1f} KiB" if plain else "refused") + (
+            f" ({refused} of {len(sizes)} refused)" if plain and refused else "")
         stored = (f"{packed / 1024:.1f} KiB ({fp32_bytes / packed:.1f}x < fp32)"
                   if packed and fp32_bytes else "-")
         published = paper.get(row.setting.method) if row.setting.sparsity == PAPER.get(
@@ -274,10 +278,9 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
             f"{parameters(summary) / dense_params:.3f} | "
             f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
             f"{summary['networks']['inference_flops'] / dense_infer:.3f} | "
-            f"{f'{plain / 1024:.1f} KiB' if plain else 'refused'}"
-            f"{f' ({refused} of {len(sizes)} refused)' if plain and refused else ''} | {stored} |")
+            f"{int8_file} | {stored} |")
     lines.append("")
-    if any(not file_sizes(run.run_dir)[0] for row in rows for run in row.runs):
+    if any_refused:
         lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
                   "see the run's log), so none was written for that seed.", ""]
     return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""]

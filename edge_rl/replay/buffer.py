@@ -247,8 +247,7 @@ class Replay(ReplayBuffer):
             last = np.where(ok, following, last)
             steps += ok
             alive = ok & ~self._stops(last)
-        discount = np.where(d["terminated"][last] | d["life_lost"][last], 0.0,
-                            self.gamma ** (steps - 1))
+        discount = np.where(self._no_bootstrap(last), 0.0, self.gamma ** (steps - 1))
         observation, exact = self.observations(index)
         next_observation, next_exact = self.next_observations(last)
         return {
@@ -259,10 +258,15 @@ class Replay(ReplayBuffer):
             "next_observation": next_observation,
         }, exact & next_exact
 
+    def _no_bootstrap(self, positions: np.ndarray) -> np.ndarray:
+        """Whether a target ending at each transition adds no value after it (discount 0): a
+        termination or a lost life."""
+        return self.data["terminated"][positions] | self.data["life_lost"][positions]
+
     def _stops(self, positions: np.ndarray) -> np.ndarray:
-        """Whether the targets stop after each transition: its episode ended or a life was lost."""
-        d = self.data
-        return d["terminated"][positions] | d["truncated"][positions] | d["life_lost"][positions]
+        """Whether the n-step sum stops after each transition: as above, or a truncation
+        (which bootstraps)."""
+        return self._no_bootstrap(positions) | self.data["truncated"][positions]
 
     def _clipped(self, rewards: np.ndarray) -> np.ndarray:
         rewards = rewards.astype(np.float64)
