@@ -46,7 +46,10 @@ def test_export_keeps_the_erk_zeros_and_packs_small(sparse_run):
     from edge_rl.converters.size import int8_zero_fractions
 
     out, summary = sparse_run
-    result = edge_rl("export", out, "--int8", "--verify-episodes", "0")
+    # --force: this checks what export keeps of the masks. Whether the export check passes
+    # this free-running run's int8 actor varies run to run (once in ~40 CI runs it refused,
+    # 2.4% against 2%); tests/test_export_check.py tests the refusal itself.
+    result = edge_rl("export", out, "--int8", "--force", "--verify-episodes", "0")
     assert result.returncode == 0, result.stderr[-3000:]
     model = (out / "policy-int8.tflite").read_bytes()
     erk = [layer["sparsity"] for layer in summary["networks"]["layers"]
