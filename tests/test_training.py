@@ -1,7 +1,7 @@
 """End to end: real learner, real actor processes, real gRPC on loopback, real LiteRT.
 
 Small networks and budgets keep this file to a few minutes on 2 cores. Thresholds sit well
-below what the fixed seeds reach (DQN lockstep is reproducible: seed 2 reaches 255 at 6k steps).
+below what the fixed seeds reach (DQN lockstep is reproducible: seed 2 reaches 301 at 6k steps).
 """
 
 import json
@@ -48,10 +48,9 @@ def test_dqn_lockstep_int8_actors_learn_cartpole(dqn_run):
 def test_default_dqn_stays_learned_on_cartpole(tmp_path):
     """`edge-rl train`'s defaults (DQN, CartPole-v1, 100k steps), in lockstep so that the seed
     fixes the run: once the greedy return reaches CartPole's 475, it stays there (today's
-    defaults: 490.7 at 37.5k steps, then all 25 later evaluations at 475 or more; with 3-step
-    targets, 500 from 65k on and 13 of 14). At one update per env step (an old default) the
-    same run reached 500 at 12k steps, swung, and ended at 161: 74% of its later evaluations
-    at 475 or more, and this test failed."""
+    defaults: 500 from 65k steps on, 13 of the 14 later evaluations at 475 or more). At one
+    update per env step (an old default) the same run reached 500 at 12k steps, swung, and
+    ended at 161: 74% of its later evaluations at 475 or more, and this test failed."""
     summary = train(tmp_path / "run", "--lockstep", "--seed", "0", "--no-carbon")
     means = [evaluation["mean"] for evaluation in summary["evaluations"]]
     solved = [i for i, mean in enumerate(means) if mean >= 475]

@@ -130,8 +130,8 @@ def settings_table(args: argparse.Namespace) -> list[Setting]:
     """The settings of the chosen suites, in the order they run."""
     quantization = [
         # edge-rl's defaults otherwise: 1 actor, 1 env, batches of 64, publish every 1000.
-        ("dqn", "CartPole-v1", args.steps_dqn,  # DQN's defaults of the time docs/actorq.md
-         ("--updates-per-step", "1", "--nstep", "3", *eval_flags(args.steps_dqn, 10))),
+        ("dqn", "CartPole-v1", args.steps_dqn,
+         ("--updates-per-step", "1", *eval_flags(args.steps_dqn, 10))),
         ("td3", "HalfCheetah-v5", args.steps_td3,
          ("--updates-per-step", "1", *eval_flags(args.steps_td3, 5))),
     ]

@@ -32,13 +32,11 @@ D4PG_SUPPORT = ("--v-min", "-1600", "--v-max", "0")  # Pendulum's returns
 SPARSE = ("--sparsity", "0.9", "--critic-sparsity", "0.85")
 # name -> `edge-rl train` arguments; seeds differ from case to case
 CASES = {
-    # the shipped DQN cases were trained at one update per env step and 3-step targets (the
-    # defaults until 2026-11-23 and 2026-11-25)
+    # the shipped DQN cases were trained at one update per env step (the default until 2026-11-23)
     "dqn-cartpole": ("--algo", "dqn", "--env", "CartPole-v1", "--steps", "15000",
-                     "--updates-per-step", "1", "--nstep", "3", "--seed", "1"),
+                     "--updates-per-step", "1", "--seed", "1"),
     "dqn-cartpole-sparse": ("--algo", "dqn", "--env", "CartPole-v1", "--steps", "15000",
-                            "--updates-per-step", "1", "--nstep", "3", "--sparsity", "0.8",
-                            "--seed", "2"),
+                            "--updates-per-step", "1", "--sparsity", "0.8", "--seed", "2"),
     "td3-pendulum": ("--algo", "td3", *PENDULUM, "--seed", "3"),
     "td3-pendulum-sparse": ("--algo", "td3", *PENDULUM, *SPARSE, "--rlx2", "--seed", "4"),
     "sac-pendulum": ("--algo", "sac", *PENDULUM, "--seed", "5"),

@@ -51,13 +51,10 @@ class DQN:
         # epsilon_end 0.05 less staleness held no better (250/500: 13 of 19 seeds at >= 0.8,
         # 50/100: 6 of 9, lockstep: 1 of 3, against 11 of 14), and costs wall-clock.
         "warmup_steps": 1_000,
-        # 5-step targets, not 3: after a CartPole run first scored 475, every episode that
-        # ended early in its later evaluations (375 of 375, two runs) ended with the cart off
-        # the track, none with the pole down. At gamma 0.99 a crash 200 steps ahead costs a
-        # state 13% of its value, and each target carries it back n steps. With 5 steps,
-        # 24 of 32 seeds held >= 80% of their evaluations after first solving it, against
-        # 19 of 30 runs with 3: better, not proven (docs/learning.md, "2026-11-25").
-        "nstep": 5,
+        # 3-step, not 5: 5-step targets held on 24 of 32 runs on a busy machine, but on a
+        # quiet one on 3 of 6 against 3-step's 5 of 6 side by side (docs/learning.md,
+        # "2026-11-25").
+        "nstep": 3,
         "eval_every": 2_500,  # greedy DQN returns swing: look often, keep the best
         "checkpoint_every": 25_000,
     }
