@@ -2,6 +2,7 @@
 real subprocess (the training runs themselves are the tool's work, not the test's)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,20 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     assert "| rigl-a97c95 | never (above dense) | +0% |" in walker_table
     assert "| dense | - | +222% |" in walker_table
     assert (out / "table.md").read_text().strip() == result[result.index("# RLx2"):].strip()
+
+    # Each finished run left a small record. On a machine without the run folders (a new one,
+    # the checkpoints gone), the records keep those runs done and the tables the same.
+    records = out / "results"
+    record = json.loads((records / "td3-Hopper-v5-300k" / "rigl-a98c95-s0.json").read_text())
+    assert record["files"]["int8"] == 0 and record["files"]["fp32"] == 1024  # refused int8
+    assert record["command"][:2] == ["edge-rl", "train"] and "--out" not in record["command"]
+    assert not (records / "td3-HalfCheetah-v5-300k" / "rigl-a90c85-s0.json").exists()
+    kept = tmp_path / "kept"
+    records.rename(kept)
+    shutil.rmtree(out)
+    again = subprocess.run([*command, "--results", str(kept), "--table-only"], check=True,
+                           capture_output=True, text=True).stdout
+    statuses = dict(line.split()[:2] for line in again.splitlines() if "-300k/" in line)
+    assert statuses["td3-Hopper-v5-300k/rlx2-a98c95-s0"] == "done"
+    assert statuses["td3-HalfCheetah-v5-300k/rigl-a90c85-s0"] == "new"  # it had not finished
+    assert again[again.index("# RLx2"):] == result[result.index("# RLx2"):]

@@ -168,6 +168,7 @@ TOOLS_TABLE: dict[str, Runs | RunElsewhere | Helper] = {
     "bench_pixels.py": Runs((PY, "{tool}", "--quick"),
                             bench_pixels_timed_both_cnns_at_every_precision, timeout=300),
     "bench_sparse.py": RunElsewhere("test_bench_sparse.py"),
+    "bench_sparse_tables.py": Helper("bench_sparse.py"),
     "bench_startup.py": RunElsewhere("test_learning_tools.py"),
     "cartpole_vs_tf_agents.py": Runs((PY, "{tool}", "--dry-run", "--seeds", "0", "1", "--out",
                                       "{tmp}"), cartpole_vs_tf_agents_plans_both_loops),

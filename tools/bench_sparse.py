@@ -2,7 +2,8 @@
 the ultimate compression ratio.
 
     python tools/bench_sparse.py [--plan campaign|table1|sac] [--steps 300000] [--seeds 0 1 2]
-        [--out runs/bench_sparse] [--only REGEX] [--max-runs N] [--dry-run] [--table-only]
+        [--out runs/bench_sparse] [--results DIR] [--only REGEX] [--max-runs N] [--dry-run]
+        [--table-only]
 
 Plans (one run per setting and seed; run names say algo, env, method, sparsity and seed):
 - campaign (issue 21): TD3 on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, dense, RigL and RLx2 at
@@ -18,6 +19,13 @@ int8 policy is exported (dense also in fp32, the size baseline). Finished runs a
 interrupted ones resumed from their last checkpoint; Ctrl-C stops the current run cleanly and
 the same command goes on. No TensorFlow in this process: runs are subprocesses.
 
+Each finished run also leaves a record, RESULTS/GROUP/RUN.json (default RESULTS: OUT/results):
+what the tables read of it (its evaluations, parameter and FLOP counts, file sizes), a few KB
+where the run's folder holds GBs of checkpoints. A run whose folder is gone but whose record
+is there counts as done and stays in the tables, so a campaign spread over machines that do
+not keep their folders goes on where it stopped (edge-rl's own campaign keeps its records in
+docs/results/bench_sparse: `--results docs/results/bench_sparse`).
+
 The tables (OUT/table.md, printed too), per algo, env and budget: score = mean of the last 10
 evaluations (every 5,000 steps, 10 episodes); % of dense with a 95% bootstrap interval over
 seeds; parameters, training and inference FLOPs relative to dense; the int8 file and what is
@@ -29,6 +37,7 @@ definition), as 1 / (its parameters relative to dense).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -41,10 +50,12 @@ from actorq_compare import (
     add_driver_arguments,
     checkpoint_steps,
     drive,
+    read_json,
     read_summary,
     run_logged,
     slug,
 )
+from bench_sparse_tables import PAPER, tables
 
 log = logging.getLogger("bench_sparse")
 
@@ -58,21 +69,7 @@ METHODS = {
     "rlx2-no-delay": ("--topology", "rigl", "--dynamic-buffer", "--nstep", "3"),
     "rlx2-no-buffer": ("--topology", "rigl", "--delayed-nstep"),
 }
-# RLx2 (Tan et al., ICLR 2023), Table 1 at 3M steps: actor/critic sparsity per algo and env, and
-# each method's score as % of dense.
-PAPER = {
-    ("td3", "HalfCheetah-v5"): ((0.9, 0.85), {"tiny": 86.3, "static": 77.1, "set": 92.6,
-                                              "rigl": 90.8, "rlx2": 99.8}),
-    ("td3", "Hopper-v5"): ((0.98, 0.95), {"tiny": 64.5, "static": 67.7, "set": 66.5,
-                                          "rigl": 90.6, "rlx2": 97.0}),
-    ("td3", "Walker2d-v5"): ((0.97, 0.95), {"tiny": 60.8, "static": 42.9, "set": 39.3,
-                                            "rigl": 35.7, "rlx2": 98.1}),
-    ("sac", "HalfCheetah-v5"): ((0.9, 0.8), {"tiny": 95.0, "static": 75.4, "set": 94.8,
-                                             "rigl": 89.8, "rlx2": 102.2}),
-}
 SWEEP = ((0.9, 0.85), (0.95, 0.9), (0.98, 0.95))  # the compression sweep's (actor, critic)
-WITHIN = 3.0  # % of dense: the paper's "ultimate compression ratio" criterion
-LAST_EVALUATIONS = 10
 EVAL_FLAGS = ("--eval-every", "5000", "--eval-episodes", "10", "--no-carbon")
 STEPS_PER_SECOND = 300.0  # TD3 on MuJoCo here, before a run of the setting has finished
 FIXED_SECONDS = 40.0  # start-up and the exports
@@ -103,21 +100,72 @@ class Setting:
 
 @dataclass(frozen=True)
 class Run(RunFolder):
+    record_file: Path  # RESULTS/GROUP/RUN.json: the finished run, kept small
+
     def exports(self) -> list[str]:
         return ["int8", "fp32"] if self.setting.method == "dense" else ["int8"]
 
     def exported(self) -> bool:
         return all((self.run_dir / f"policy-{p}.tflite").is_file() for p in self.exports())
 
-    def trained(self) -> dict | None:
+    def finished_here(self) -> dict | None:
+        """The summary in the run's folder, if training finished there."""
         summary = read_summary(self.run_dir)
         return summary if summary and summary.get("stop_reason") != "interrupted" else None
 
+    def record(self) -> dict | None:
+        return read_json(self.record_file)
+
+    def trained(self) -> dict | None:
+        """The finished run's summary: from its folder, else from its record."""
+        return self.finished_here() or (self.record() or {}).get("summary")
+
+    def file_sizes(self) -> dict[str, int]:
+        """Bytes of the int8 file, of what is sent and stored (its xz form for sparse runs)
+        and of the fp32 file; 0 where none was written (the export check refused it)."""
+        if not self.finished_here() and (record := self.record()):
+            return record["files"]
+        size = {name: (self.run_dir / name).stat().st_size
+                if (self.run_dir / name).is_file() else 0
+                for name in ("policy-int8.tflite", "policy-int8.tflite.xz", "policy-fp32.tflite")}
+        return {"int8": size["policy-int8.tflite"],
+                "stored": size["policy-int8.tflite.xz"] or size["policy-int8.tflite"],
+                "fp32": size["policy-fp32.tflite"]}
+
     def status(self) -> str:
-        """done, export (trained, not exported), resume (a checkpoint) or new."""
-        if self.trained():
+        """done, export (trained, not exported), resume (a checkpoint) or new. A run with a
+        record and no folder is done: its folder was on another machine."""
+        if self.finished_here():
             return "done" if self.exported() else "export"
+        if self.record():
+            return "done"
         return "resume" if checkpoint_steps(self.run_dir) is not None else "new"
+
+    def keep_record(self) -> None:
+        """Write the finished run's record: what the tables read, nothing else."""
+        summary = self.finished_here()
+        if summary is None:
+            return
+        networks = summary["networks"]
+        kept = {
+            "evaluations": [{"env_steps": e["env_steps"], "mean": e["mean"]}
+                            for e in summary["evaluations"]],
+            "updates": summary["updates"],
+            "wall_clock_seconds": summary["wall_clock_seconds"],
+            "stop_reason": summary["stop_reason"],
+            "networks": {"train_flops": networks["train_flops"],
+                         "inference_flops": networks["inference_flops"],
+                         "groups": {name: {"nonzero_parameters": g["nonzero_parameters"]}
+                                    for name, g in networks["groups"].items()}},
+        }
+        # the command as a user would type it (no interpreter, no machine's folder)
+        command = ["edge-rl", *self.train_command("new")[len(EDGE_RL):]]
+        out = command.index("--out")
+        del command[out:out + 2]
+        record = {"command": command, "summary": kept,
+                  "files": self.file_sizes()}
+        self.record_file.parent.mkdir(parents=True, exist_ok=True)
+        self.record_file.write_text(json.dumps(record, indent=1) + "\n")
 
     def train_command(self, status: str) -> list[str]:
         s, out = self.setting, str(self.run_dir.resolve())
@@ -127,8 +175,11 @@ class Run(RunFolder):
                 "--seed", str(self.seed), "--out", out, *EVAL_FLAGS, *s.flags()]
 
 
-def plan_runs(plan: str, steps: int, seeds: list[int], out: Path) -> list[Run]:
-    """The plan's runs in the order they are made (see the module's doc)."""
+def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
+              results: Path | None = None) -> list[Run]:
+    """The plan's runs in the order they are made (see the module's doc); their records go
+    in `results` (default: OUT/results)."""
+    results = results or out / "results"
     def at_paper_sparsity(algo: str, env: str, methods: tuple[str, ...]) -> list[Setting]:
         sparsity = PAPER[(algo, env)][0]
         return [Setting(algo, env, steps, m, None if m == "dense" else sparsity) for m in methods]
@@ -151,8 +202,8 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path) -> list[Run]:
     for settings in (main, extra):
         for seed in seeds:
             for s in settings:
-                run = Run(s, seed, out / f"{s.algo}-{slug(s.env)}-{s.steps // 1000}k" /
-                          f"{s.label}-s{seed}")
+                group, name = f"{s.algo}-{slug(s.env)}-{s.steps // 1000}k", f"{s.label}-s{seed}"
+                run = Run(s, seed, out / group / name, results / group / f"{name}.json")
                 if run not in runs:  # the sweep's 0.98/0.95 on Hopper is the main setting
                     runs.append(run)
     return runs
@@ -163,10 +214,12 @@ def execute(run: Run, status: str) -> bool:
     if status != "export" and not run_logged(run.run_dir.name, run.train_command(status),
                                              run.log_file, status == "resume"):
         return False
-    return all(run_logged(f"{run.run_dir.name} export {precision}",
-                          [*EDGE_RL, "export", str(run.run_dir.resolve()), f"--{precision}",
-                           "--verify-episodes", "0"], run.log_file, False)
-               for precision in run.exports())
+    exported = all(run_logged(f"{run.run_dir.name} export {precision}",
+                              [*EDGE_RL, "export", str(run.run_dir.resolve()), f"--{precision}",
+                               "--verify-episodes", "0"], run.log_file, False)
+                   for precision in run.exports())
+    run.keep_record()
+    return exported
 
 
 def estimate_seconds(run: Run, status: str, runs: list[Run]) -> float:
@@ -182,173 +235,6 @@ def estimate_seconds(run: Run, status: str, runs: list[Run]) -> float:
     whole = (float(np.mean(same)) if same else run.setting.steps / STEPS_PER_SECOND)
     done = min(checkpoint_steps(run.run_dir) or 0, run.setting.steps) if status == "resume" else 0
     return FIXED_SECONDS + whole * (1 - done / run.setting.steps)
-
-
-# -- the tables ---------------------------------------------------------------------------------
-
-def score(summary: dict) -> float:
-    returns = [e["mean"] for e in summary["evaluations"]]
-    return float(np.mean(returns[-LAST_EVALUATIONS:]))
-
-
-def bootstrap_ratio(values: list[float], dense: list[float], rng, samples: int = 10_000
-                    ) -> tuple[float, float]:
-    """95% interval of mean(values) / mean(dense) in %, resampling seeds of each."""
-    values, dense = np.asarray(values), np.asarray(dense)
-    a = rng.choice(values, (samples, len(values))).mean(axis=1)
-    b = rng.choice(dense, (samples, len(dense))).mean(axis=1)
-    ratios = 100 * a / b
-    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
-
-
-def file_sizes(run_dir: Path) -> tuple[int, int]:
-    """The int8 file's bytes, and what is sent and stored (its xz form for sparse runs)."""
-    plain = run_dir / "policy-int8.tflite"
-    packed = run_dir / "policy-int8.tflite.xz"
-    size = plain.stat().st_size if plain.is_file() else 0
-    return size, packed.stat().st_size if packed.is_file() else size
-
-
-def parameters(summary: dict) -> int:
-    return sum(g["nonzero_parameters"] for g in summary["networks"]["groups"].values())
-
-
-@dataclass
-class Row:
-    setting: Setting
-    runs: list[Run]
-    summaries: list[dict]
-
-    @property
-    def scores(self) -> list[float]:
-        return [score(s) for s in self.summaries]
-
-
-def rows_of(runs: list[Run]) -> dict[tuple[str, str, int], list[Row]]:
-    """Finished runs grouped by (algo, env, steps), one Row per setting."""
-    groups: dict[tuple[str, str, int], dict[Setting, Row]] = {}
-    for run in runs:
-        if (summary := run.trained()) is None:
-            continue
-        s = run.setting
-        group = groups.setdefault((s.algo, s.env, s.steps), {})
-        row = group.setdefault(s, Row(s, [], []))
-        row.runs.append(run)
-        row.summaries.append(summary)
-    return {key: list(group.values()) for key, group in groups.items()}
-
-
-def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
-    algo, env, steps = key
-    dense = next((r for r in rows if r.setting.method == "dense"), None)
-    lines = [f"## {algo.upper()} {env}, {steps:,} env steps", ""]
-    if dense is None:
-        return lines + ["No finished dense run yet: nothing to compare with.", ""]
-    ref = dense.summaries[0]
-    dense_params = parameters(ref)
-    dense_train = ref["networks"]["train_flops"] / ref["updates"]
-    dense_infer = ref["networks"]["inference_flops"]
-    dense_fp32 = dense.runs[0].run_dir / "policy-fp32.tflite"
-    fp32_bytes = dense_fp32.stat().st_size if dense_fp32.is_file() else 0
-    paper = PAPER.get((algo, env), (None, {}))[1]
-    lines += ["| method | seeds | score (mean ± sd) | % of dense [95% CI] | paper (3M) | params "
-              "| train FLOPs | infer FLOPs | int8 file | sent and stored (vs dense fp32) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    any_refused = False
-    for row in rows:
-        summary = row.summaries[0]
-        scores = row.scores
-        low, high = bootstrap_ratio(scores, dense.scores, rng)
-        percent = 100 * np.mean(scores) / np.mean(dense.scores)
-        # the files of the first seed whose int8 export was written (the check may refuse one)
-        sizes = [file_sizes(run.run_dir) for run in row.runs]
-        plain, packed = next((size for size in sizes if size[0]), (0, 0))
-        refused = sum(1 for size in sizes if not size[0])
-        any_refused = any_refused or refused > 0
-        int8_file = (f"{plain / 1024:.1f} KiB" if plain else "refused") + (
-            f" ({refused} of {len(sizes)} refused)" if plain and refused else "")
-        stored = (f"{packed / 1024:.1f} KiB ({fp32_bytes / packed:.1f}x < fp32)"
-                  if packed and fp32_bytes else "-")
-        published = paper.get(row.setting.method) if row.setting.sparsity == PAPER.get(
-            (algo, env), (None,))[0] else None
-        lines.append(
-            f"| {row.setting.label} | {len(scores)} | {np.mean(scores):.0f} ± "
-            f"{np.std(scores):.0f} | {percent:.1f} [{low:.1f}, {high:.1f}] | "
-            f"{'-' if published is None else published} | "
-            f"{parameters(summary) / dense_params:.3f} | "
-            f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
-            f"{summary['networks']['inference_flops'] / dense_infer:.3f} | "
-            f"{int8_file} | {stored} |")
-    lines.append("")
-    if any_refused:
-        lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
-                  "see the run's log), so none was written for that seed.", ""]
-    return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""]
-
-
-def window_means(summary: dict) -> tuple[list[int], np.ndarray]:
-    """(env steps, mean return of the LAST_EVALUATIONS evaluations up to each step), from the
-    first full window on: the score's own measure, along the run."""
-    returns = np.asarray([e["mean"] for e in summary["evaluations"]])
-    steps = [e["env_steps"] for e in summary["evaluations"]][LAST_EVALUATIONS - 1:]
-    sums = np.convolve(returns, np.ones(LAST_EVALUATIONS), mode="valid")
-    return steps, sums / LAST_EVALUATIONS
-
-
-def pace_table(rows: list[Row], dense: Row) -> list[str]:
-    """How far behind dense a method is in env steps (where dense's seeds' mean curve first
-    reached the method's score), and whether the method was still improving at the end (its
-    last LAST_EVALUATIONS evaluations against the ones before): what a longer budget would do."""
-    curves = [window_means(s) for s in dense.summaries]
-    n = min(len(means) for _, means in curves)
-    dense_steps, dense_curve = curves[0][0][:n], np.mean([m[:n] for _, m in curves], axis=0)
-    lines = [f"| method | dense's curve reached this score at (env steps) | last "
-             f"{LAST_EVALUATIONS} evaluations against the {LAST_EVALUATIONS} before |",
-             "|---|---|---|"]
-    for row in rows:
-        reached = np.flatnonzero(dense_curve >= np.mean(row.scores))
-        at = ("-" if row is dense else f"{dense_steps[reached[0]]:,}" if len(reached) else
-              "never (above dense)")
-        changes = []
-        for summary in row.summaries:
-            _, means = window_means(summary)
-            if len(means) > LAST_EVALUATIONS:
-                before, last = means[-LAST_EVALUATIONS - 1], means[-1]
-                changes.append(100 * (last - before) / max(abs(before), 1e-9))
-        trend = f"{np.mean(changes):+.0f}%" if changes else "-"
-        lines.append(f"| {row.setting.label} | {at} | {trend} |")
-    return lines + [""]
-
-
-def compression_table(rows: list[Row], dense: Row) -> list[str]:
-    """Per sparse method run at several sparsities: the sparsest within WITHIN% of dense."""
-    lines = []
-    dense_mean = float(np.mean(dense.scores))
-    dense_params = parameters(dense.summaries[0])
-    for method in dict.fromkeys(r.setting.method for r in rows):
-        swept = sorted((r for r in rows if r.setting.method == method and r.setting.sparsity),
-                       key=lambda r: parameters(r.summaries[0]), reverse=True)
-        if len(swept) < 2:
-            continue
-        within = [r for r in swept if np.mean(r.scores) >= (1 - WITHIN / 100) * dense_mean]
-        best = min(within, key=lambda r: parameters(r.summaries[0]), default=None)
-        ratio = (f"{dense_params / parameters(best.summaries[0]):.1f}x "
-                 f"({best.setting.label}, {len(best.scores)} seeds)" if best else
-                 f"none of {len(swept)} settings within {WITHIN:.0f}% of dense")
-        lines.append(f"Ultimate compression ratio, {method}: {ratio}.")
-    return lines
-
-
-def tables(runs: list[Run]) -> str:
-    rng = np.random.default_rng(0)
-    lines = ["# RLx2's comparison", "",
-             f"Score: mean of the last {LAST_EVALUATIONS} greedy evaluations (every 5,000 env "
-             "steps, 10 episodes). % of dense: 95% bootstrap interval over seeds. Params and "
-             "FLOPs: actor and critics, relative to dense. Paper: RLx2's Table 1 (3M steps) "
-             "where the sparsity is the paper's.", ""]
-    for key, rows in rows_of(runs).items():
-        lines += env_table(key, rows, rng)
-    return "\n".join(lines)
 
 
 def print_plan(runs: list[Run]) -> None:
@@ -367,6 +253,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plan", choices=["campaign", "table1", "sac"], default="campaign")
     parser.add_argument("--steps", type=int, default=300_000)
     add_driver_arguments(parser, "runs/bench_sparse", "--table-only")
+    parser.add_argument("--results", type=Path, metavar="DIR",
+                        help="Where each finished run's record goes (default: OUT/results).")
     return parser.parse_args(argv)
 
 
@@ -374,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     args = parse_args(argv)
-    runs = [r for r in plan_runs(args.plan, args.steps, args.seeds, args.out)
+    runs = [r for r in plan_runs(args.plan, args.steps, args.seeds, args.out, args.results)
             if args.only is None or re.search(args.only, str(r.run_dir))]
     return drive(runs, args, print_plan, execute, tables, args.out / "table.md")
 

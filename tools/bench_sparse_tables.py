@@ -1,0 +1,187 @@
+"""bench_sparse.py's tables, from its finished runs (their folders or their records): per algo,
+env and budget, each method's score against dense's with a bootstrap interval over seeds, its
+size and cost, the pace table (how far behind dense, and still climbing?) and, where several
+sparsities ran, the ultimate compression ratio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # the driver imports this module
+    from bench_sparse import Run, Setting
+
+# RLx2 (Tan et al., ICLR 2023), Table 1 at 3M steps: actor/critic sparsity per algo and env, and
+# each method's score as % of dense.
+PAPER = {
+    ("td3", "HalfCheetah-v5"): ((0.9, 0.85), {"tiny": 86.3, "static": 77.1, "set": 92.6,
+                                              "rigl": 90.8, "rlx2": 99.8}),
+    ("td3", "Hopper-v5"): ((0.98, 0.95), {"tiny": 64.5, "static": 67.7, "set": 66.5,
+                                          "rigl": 90.6, "rlx2": 97.0}),
+    ("td3", "Walker2d-v5"): ((0.97, 0.95), {"tiny": 60.8, "static": 42.9, "set": 39.3,
+                                            "rigl": 35.7, "rlx2": 98.1}),
+    ("sac", "HalfCheetah-v5"): ((0.9, 0.8), {"tiny": 95.0, "static": 75.4, "set": 94.8,
+                                             "rigl": 89.8, "rlx2": 102.2}),
+}
+WITHIN = 3.0  # % of dense: the paper's "ultimate compression ratio" criterion
+LAST_EVALUATIONS = 10
+
+
+def score(summary: dict) -> float:
+    returns = [e["mean"] for e in summary["evaluations"]]
+    return float(np.mean(returns[-LAST_EVALUATIONS:]))
+
+
+def bootstrap_ratio(values: list[float], dense: list[float], rng, samples: int = 10_000
+                    ) -> tuple[float, float]:
+    """95% interval of mean(values) / mean(dense) in %, resampling seeds of each."""
+    values, dense = np.asarray(values), np.asarray(dense)
+    a = rng.choice(values, (samples, len(values))).mean(axis=1)
+    b = rng.choice(dense, (samples, len(dense))).mean(axis=1)
+    ratios = 100 * a / b
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def parameters(summary: dict) -> int:
+    return sum(g["nonzero_parameters"] for g in summary["networks"]["groups"].values())
+
+
+@dataclass
+class Row:
+    setting: Setting
+    runs: list[Run]
+    summaries: list[dict]
+
+    @property
+    def scores(self) -> list[float]:
+        return [score(s) for s in self.summaries]
+
+
+def rows_of(runs: list[Run]) -> dict[tuple[str, str, int], list[Row]]:
+    """Finished runs grouped by (algo, env, steps), one Row per setting."""
+    groups: dict[tuple[str, str, int], dict[Setting, Row]] = {}
+    for run in runs:
+        if (summary := run.trained()) is None:
+            continue
+        s = run.setting
+        group = groups.setdefault((s.algo, s.env, s.steps), {})
+        row = group.setdefault(s, Row(s, [], []))
+        row.runs.append(run)
+        row.summaries.append(summary)
+    return {key: list(group.values()) for key, group in groups.items()}
+
+
+def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
+    algo, env, steps = key
+    dense = next((r for r in rows if r.setting.method == "dense"), None)
+    lines = [f"## {algo.upper()} {env}, {steps:,} env steps", ""]
+    if dense is None:
+        return lines + ["No finished dense run yet: nothing to compare with.", ""]
+    ref = dense.summaries[0]
+    dense_params = parameters(ref)
+    dense_train = ref["networks"]["train_flops"] / ref["updates"]
+    dense_infer = ref["networks"]["inference_flops"]
+    fp32_bytes = dense.runs[0].file_sizes()["fp32"]
+    paper = PAPER.get((algo, env), (None, {}))[1]
+    lines += ["| method | seeds | score (mean ± sd) | % of dense [95% CI] | paper (3M) | params "
+              "| train FLOPs | infer FLOPs | int8 file | sent and stored (vs dense fp32) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    any_refused = False
+    for row in rows:
+        summary = row.summaries[0]
+        scores = row.scores
+        low, high = bootstrap_ratio(scores, dense.scores, rng)
+        percent = 100 * np.mean(scores) / np.mean(dense.scores)
+        # the files of the first seed whose int8 export was written (the check may refuse one)
+        sizes = [run.file_sizes() for run in row.runs]
+        plain, packed = next(((s["int8"], s["stored"]) for s in sizes if s["int8"]), (0, 0))
+        refused = sum(1 for s in sizes if not s["int8"])
+        any_refused = any_refused or refused > 0
+        int8_file = (f"{plain / 1024:.1f} KiB" if plain else "refused") + (
+            f" ({refused} of {len(sizes)} refused)" if plain and refused else "")
+        stored = (f"{packed / 1024:.1f} KiB ({fp32_bytes / packed:.1f}x < fp32)"
+                  if packed and fp32_bytes else "-")
+        published = paper.get(row.setting.method) if row.setting.sparsity == PAPER.get(
+            (algo, env), (None,))[0] else None
+        lines.append(
+            f"| {row.setting.label} | {len(scores)} | {np.mean(scores):.0f} ± "
+            f"{np.std(scores):.0f} | {percent:.1f} [{low:.1f}, {high:.1f}] | "
+            f"{'-' if published is None else published} | "
+            f"{parameters(summary) / dense_params:.3f} | "
+            f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
+            f"{summary['networks']['inference_flops'] / dense_infer:.3f} | "
+            f"{int8_file} | {stored} |")
+    lines.append("")
+    if any_refused:
+        lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
+                  "see the run's log), so none was written for that seed.", ""]
+    return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""]
+
+
+def window_means(summary: dict) -> tuple[list[int], np.ndarray]:
+    """(env steps, mean return of the LAST_EVALUATIONS evaluations up to each step), from the
+    first full window on: the score's own measure, along the run."""
+    returns = np.asarray([e["mean"] for e in summary["evaluations"]])
+    steps = [e["env_steps"] for e in summary["evaluations"]][LAST_EVALUATIONS - 1:]
+    sums = np.convolve(returns, np.ones(LAST_EVALUATIONS), mode="valid")
+    return steps, sums / LAST_EVALUATIONS
+
+
+def pace_table(rows: list[Row], dense: Row) -> list[str]:
+    """How far behind dense a method is in env steps (where dense's seeds' mean curve first
+    reached the method's score), and whether the method was still improving at the end (its
+    last LAST_EVALUATIONS evaluations against the ones before): what a longer budget would do."""
+    curves = [window_means(s) for s in dense.summaries]
+    n = min(len(means) for _, means in curves)
+    dense_steps, dense_curve = curves[0][0][:n], np.mean([m[:n] for _, m in curves], axis=0)
+    lines = [f"| method | dense's curve reached this score at (env steps) | last "
+             f"{LAST_EVALUATIONS} evaluations against the {LAST_EVALUATIONS} before |",
+             "|---|---|---|"]
+    for row in rows:
+        reached = np.flatnonzero(dense_curve >= np.mean(row.scores))
+        at = ("-" if row is dense else f"{dense_steps[reached[0]]:,}" if len(reached) else
+              "never (above dense)")
+        changes = []
+        for summary in row.summaries:
+            _, means = window_means(summary)
+            if len(means) > LAST_EVALUATIONS:
+                before, last = means[-LAST_EVALUATIONS - 1], means[-1]
+                changes.append(100 * (last - before) / max(abs(before), 1e-9))
+        trend = f"{np.mean(changes):+.0f}%" if changes else "-"
+        lines.append(f"| {row.setting.label} | {at} | {trend} |")
+    return lines + [""]
+
+
+def compression_table(rows: list[Row], dense: Row) -> list[str]:
+    """Per sparse method run at several sparsities: the sparsest within WITHIN% of dense."""
+    lines = []
+    dense_mean = float(np.mean(dense.scores))
+    dense_params = parameters(dense.summaries[0])
+    for method in dict.fromkeys(r.setting.method for r in rows):
+        swept = sorted((r for r in rows if r.setting.method == method and r.setting.sparsity),
+                       key=lambda r: parameters(r.summaries[0]), reverse=True)
+        if len(swept) < 2:
+            continue
+        within = [r for r in swept if np.mean(r.scores) >= (1 - WITHIN / 100) * dense_mean]
+        best = min(within, key=lambda r: parameters(r.summaries[0]), default=None)
+        ratio = (f"{dense_params / parameters(best.summaries[0]):.1f}x "
+                 f"({best.setting.label}, {len(best.scores)} seeds)" if best else
+                 f"none of {len(swept)} settings within {WITHIN:.0f}% of dense")
+        lines.append(f"Ultimate compression ratio, {method}: {ratio}.")
+    return lines
+
+
+def tables(runs: list[Run]) -> str:
+    for run in runs:  # records of runs finished before records were kept, or by hand
+        run.keep_record()
+    rng = np.random.default_rng(0)
+    lines = ["# RLx2's comparison", "",
+             f"Score: mean of the last {LAST_EVALUATIONS} greedy evaluations (every 5,000 env "
+             "steps, 10 episodes). % of dense: 95% bootstrap interval over seeds. Params and "
+             "FLOPs: actor and critics, relative to dense. Paper: RLx2's Table 1 (3M steps) "
+             "where the sparsity is the paper's.", ""]
+    for key, rows in rows_of(runs).items():
+        lines += env_table(key, rows, rng)
+    return "\n".join(lines)
