@@ -66,6 +66,9 @@ class AgentFactory(Protocol):
     # algo_options and its --flags; it checks them in __post_init__ (raising UserError).
     Options: type
     tf_agents_baseline: bool  # whether --actor-precision tf-fp32 can run its policy
+    # Optional (default False): whether its updates report per-sample TD errors
+    # (Learner.train_weighted), which prioritized replay needs
+    reports_td_errors: bool
 
     def build(self, observation: ObservationSpec, action: dict, config: TrainConfig
               ) -> BuiltAgent:
@@ -262,6 +265,12 @@ def _resolve_algorithm(factory: AgentFactory, config: TrainConfig,
         field_defaults.update(getattr(factory, "image_defaults", {}))
     changes = {name: value for name, value in field_defaults.items()
                if getattr(config, name) is None}
+    priority = changes.get("replay_priority", config.replay_priority)
+    if priority is None:
+        changes["replay_priority"] = 0.0
+    elif priority > 0 and not getattr(factory, "reports_td_errors", False):
+        raise UserError(f"--replay-priority needs TD errors from the updates, which "
+                        f"{factory.name} does not report (use 0: uniform replay)")
     defaults = dataclasses.asdict(factory.Options())
     unknown = sorted(set(config.algo_options) - set(defaults))
     if unknown:  # e.g. D4PG's --atoms given to another algorithm

@@ -62,6 +62,9 @@ RUN_OPTIONS = [
     click.option("--reward-clip", type=float,
                  help="Clip each reward to [-X, X] in the learner's targets (0: off).  "
                       "[default: 1 for ALE/ envs, else 0]"),
+    click.option("--replay-priority", type=float,
+                 help="Prioritized replay's alpha: samples drawn by |TD error|^alpha (0: "
+                      "uniform; dqn only).  [default: 0.6 for dqn on vectors, else 0]"),
     click.option("--num-envs", type=int, help="Env copies per actor.  [default: 1]"),
     click.option("--batch-transitions", type=int, help="Transitions per batch sent. [default: 64]"),
     click.option("--max-in-flight", type=int, help="Unacked batches per actor.  [default: 4]"),

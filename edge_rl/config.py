@@ -83,6 +83,10 @@ class TrainConfig:
     # gives it; None: 1 for Atari, ALE/..., as the DQN papers train, else 0). Returns reported
     # and evaluated stay the env's own.
     reward_clip: float | None = None
+    # Prioritized replay's alpha (edge_rl.replay.prioritized): samples drawn in proportion to
+    # |TD error|^alpha; 0: uniform; None: the algorithm's default. Only algorithms whose
+    # updates report TD errors (DQN) take it.
+    replay_priority: float | None = None
     max_update_lag: int = 2_000  # updates the learner may trail before acks are delayed
 
     # broadcasts, evaluation, checkpoints
@@ -168,6 +172,8 @@ class TrainConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
         if self.max_update_lag < 0:
             raise UserError("--max-update-lag must not be negative")
+        if self.replay_priority is not None and not 0 <= self.replay_priority <= 1:
+            raise UserError("--replay-priority must be in [0, 1] (0: uniform replay)")
         if self.reward_clip is not None and not self.reward_clip >= 0:
             raise UserError("--reward-clip must not be negative (0: no clipping)")
         if self.lockstep and self.actors != 1:
@@ -206,6 +212,8 @@ class TrainConfig:
         if unknown:
             raise UserError(f"unknown config keys: {', '.join(unknown)}")
         doc = dict(doc)
+        if "replay_priority" not in doc and doc.get("nstep") is not None:
+            doc["replay_priority"] = 0.0  # resolved before prioritized replay: it ran uniform
         for name in ("hidden", "critic_hidden"):
             if doc.get(name) is not None:
                 doc[name] = tuple(int(h) for h in doc[name])

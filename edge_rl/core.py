@@ -37,6 +37,12 @@ class Learner(ABC):
         """`updates` updates on consecutive minibatches stacked in `batch`; the last loss."""
 
     @abstractmethod
+    def train_weighted(self, batch: dict[str, np.ndarray], updates: int = 1
+                       ) -> tuple[Any, np.ndarray]:
+        """As `train`, each sample's loss scaled by `batch["weights"]`; also each sample's TD
+        error (prioritized replay)."""
+
+    @abstractmethod
     def publish(self, precision: str, calibration: np.ndarray, version: int
                 ) -> tuple[bytes, float]:
         """The actor network as a policy file at `precision`, and the seconds it took."""
@@ -59,10 +65,14 @@ class Learner(ABC):
 
 
 class ReplayBuffer(ABC):
-    """Transitions from every actor, sampled uniformly with their n-step returns."""
+    """Transitions from every actor, sampled (uniformly, or by priority) with their n-step
+    returns."""
 
     capacity: int  # transitions it can hold
     nstep: int  # the n of the returns `sample` assembles (the loop may change it)
+    # True: `sample` draws by priority and adds importance `weights`; the learner's TD errors
+    # go back through `update_priorities` (edge_rl.replay.prioritized)
+    prioritized: bool = False
 
     @abstractmethod
     def insert(self, actor_key: int, transitions: Transitions) -> None:

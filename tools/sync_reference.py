@@ -38,6 +38,7 @@ from edge_rl.device.exploration import Explorer
 from edge_rl.device.outputs import greedy_actions
 from edge_rl.device.policy import Policy
 from edge_rl.device.rollout import Rollout
+from edge_rl.replay import make_replay, train_from_replay
 from edge_rl.runs.best_policy import random_observations
 from edge_rl.runs.stability import late_run_stability
 
@@ -76,7 +77,6 @@ def reference_config(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> dict:
     from edge_rl.loop.learner import Learner  # imports TensorFlow
-    from edge_rl.replay.buffer import Replay
     from edge_rl.tf_setup import tf
 
     factory = get_algorithm(args.algo)
@@ -91,10 +91,7 @@ def run(args: argparse.Namespace) -> dict:
     tf.keras.utils.set_random_seed(config.seed)
     learner = Learner(factory, config, observation, action)
     discrete = action["kind"] == "discrete"
-    replay = Replay(config.replay_capacity, observation.shape,
-                    () if discrete else tuple(action["shape"]),
-                    "int64" if discrete else "float32", gamma=config.gamma, nstep=config.nstep,
-                    seed=config.seed)
+    replay = make_replay(config, observation, action)
     low = high = None
     if not discrete:
         low = np.asarray(action["low"], np.float32)
@@ -126,8 +123,8 @@ def run(args: argparse.Namespace) -> dict:
             replay.insert(0, batch)
         due = math.floor(max(0, env_steps - config.warmup_steps) * config.updates_per_step)
         if due > learner.updates and len(replay):
-            learner.train(replay.sample((due - learner.updates) * config.batch_size),
-                          due - learner.updates)
+            train_from_replay(learner, replay, due - learner.updates, config.batch_size,
+                              env_steps / config.steps)
         bar.update(1)
         if env_steps % config.eval_every == 0 or env_steps == config.steps:
             version += 1

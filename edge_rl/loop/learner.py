@@ -101,6 +101,10 @@ class Learner(core.Learner):
         # number of updates is left open in the signature, so it is traced once per run.
         self._train_many = tf.function(self._train_loop, autograph=False, input_signature=[
             experience_signature(observation, action, config.batch_size)])
+        self._train_many_weighted = tf.function(
+            self._weighted_train_loop, autograph=False, input_signature=[
+                experience_signature(observation, action, config.batch_size),
+                tf.TensorSpec([None, config.batch_size], tf.float32)])
         self.trace_seconds: list[float] = []  # per trace of the update loop: its call's time
         self._traces = 0  # Python in _train_loop runs only while TensorFlow traces it
         self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
@@ -121,6 +125,35 @@ class Learner(core.Learner):
         if self._traces > traces:
             self.trace_seconds.append(round(time.perf_counter() - start, 3))
         return loss_info
+
+    def train_weighted(self, batch: dict[str, np.ndarray], updates: int = 1
+                       ) -> tuple[Any, np.ndarray]:
+        """As `train`, each sample's loss scaled by `batch["weights"]` (prioritized replay's
+        importance weights); also returns each sample's TD error, [updates * batch_size]."""
+        traces, start = self._traces, time.perf_counter()
+        weights = batch["weights"].reshape(updates, -1)
+        loss, td_errors = self._train_many_weighted(to_trajectory(batch, updates), weights)
+        if self._traces > traces:
+            self.trace_seconds.append(round(time.perf_counter() - start, 3))
+        return loss, td_errors.numpy().reshape(-1)
+
+    def _weighted_train_loop(self, experience: trajectory.Trajectory, weights: tf.Tensor
+                             ) -> tuple[tf.Tensor, tf.Tensor]:
+        """As `_train_loop`, with per-sample weights; gathers each update's TD errors (only
+        agents whose loss info carries `td_error`, DQN's, can run it)."""
+        self._traces += 1
+        count = tf.shape(experience.reward)[0]
+
+        def update(k, loss, td_errors):
+            step = tf.nest.map_structure(lambda x: x[k], experience)
+            info = self.agent.train(step, weights=weights[k])
+            return (k + 1, tf.cast(info.loss, tf.float32),
+                    td_errors.write(k, tf.cast(info.extra.td_error, tf.float32)))
+
+        _, loss, td_errors = tf.while_loop(
+            lambda k, *_: k < count, update,
+            (tf.constant(0), 0.0, tf.TensorArray(tf.float32, size=count)))
+        return loss, td_errors.stack()
 
     def _train_loop(self, experience: trajectory.Trajectory) -> Any:
         """experience[k] for k = 0, 1, ...: one agent.train each, in a tf.while_loop.

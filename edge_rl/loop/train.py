@@ -34,7 +34,7 @@ from edge_rl.loop.evolution import Evolution, next_multiple
 from edge_rl.loop.local_actors import LocalActors
 from edge_rl.loop.progress import Board, Progress, RunClock
 from edge_rl.loop.publishing import Publisher
-from edge_rl.replay.buffer import Replay
+from edge_rl.replay import make_replay, train_from_replay
 from edge_rl.runs.checkpoint import latest_checkpoint, write_bytes, write_json
 from edge_rl.runs.costs import RunCosts
 from edge_rl.runs.run_state import RunState, load_checkpoint, save_checkpoint
@@ -45,6 +45,7 @@ from edge_rl.transport.server import LearnerService, RunInfo, start_server
 log = logging.getLogger(__name__)
 
 UPDATES_PER_CHUNK = 50  # updates between looks at the actors' queue
+PRIORITIZED_UPDATES_PER_SAMPLE = 4  # with prioritized replay: updates per draw
 
 
 def prepare(config: TrainConfig, resume: bool = False):
@@ -85,20 +86,7 @@ class Training:
             tf.config.experimental.enable_op_determinism()
         self.learner: core.Learner = Learner(self.factory, config, self.observation, self.action)
         self.clock.mark("agent_built")
-        discrete = self.action["kind"] == "discrete"
-        self.replay: core.ReplayBuffer = Replay(
-            config.replay_capacity,
-            self.observation.shape,
-            () if discrete else tuple(self.action["shape"]),
-            "int64" if discrete else "float32",
-            gamma=config.gamma,
-            nstep=config.nstep,
-            seed=config.seed,
-            observation_dtype=self.observation.dtype,
-            once=self.observation.kind.once,
-            stack=self.observation.stack,
-            reward_clip=config.reward_clip,
-        )
+        self.replay: core.ReplayBuffer = make_replay(config, self.observation, self.action)
         self.state = RunState()
         if resume:
             self._restore(latest_checkpoint(self.run_dir / "checkpoints"))
@@ -168,9 +156,15 @@ class Training:
             # publish_every-th update.
             until_publish = self.config.publish_every - self.publisher.updates_since()
             chunk = max(1, min(count - done, until_publish))
+            if self.replay.prioritized:
+                # few updates per sample, so each draws on nearly the priorities the one
+                # before it left (Schaul et al.: 1); 50 drawn at once held worse
+                # (docs/learning.md, "Prioritized replay")
+                chunk = min(chunk, PRIORITIZED_UPDATES_PER_SAMPLE)
             with self.costs.learner.part("updates"):
-                batch = self.replay.sample(chunk * self.config.batch_size)
-                self.progress.trained(self.learner.train(batch, chunk))
+                self.progress.trained(train_from_replay(
+                    self.learner, self.replay, chunk, self.config.batch_size,
+                    self.state.env_steps / self.config.steps))
             done += chunk
             self.clock.updated(self.learner.updates)
             if self.publisher.updates_since() >= self.config.publish_every:

@@ -214,13 +214,17 @@ class Replay(ReplayBuffer):
         return (self.start + self.rng.integers(0, self.size, size=n)) % self.capacity
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        return self._sample_with_index(batch_size)[0]
+
+    def _sample_with_index(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """A minibatch drawn by `_draw`, and the positions it came from."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay")
         index = self._draw(batch_size)
         batch, exact = self._sample_at(index)
         for _ in range(MAX_REDRAWS):  # only stacked frames can be inexact
             if exact.all():
-                return batch
+                return batch, index
             index[~exact] = self._draw(int((~exact).sum()))
             batch, exact = self._sample_at(index)
         raise ValueError("the replay holds too few transitions whose frames are all stored")
@@ -371,6 +375,7 @@ class Replay(ReplayBuffer):
             for name, kept in (("final", self.final_observations), ("stacks", stacks)):
                 arrays[f"{name}_positions"], arrays[f"{name}_observations"] = self._packed(
                     kept, remap)
+        arrays.update(self._saved_extras(order))
         arrays["counters"] = np.asarray([self.capacity, self.inserted_total], np.int64)
         arrays["rng_state"] = np.frombuffer(repr(self.rng.bit_generator.state).encode(), np.uint8)
         with open(path, "wb") as f:
@@ -393,6 +398,15 @@ class Replay(ReplayBuffer):
             self.start, self.size = 0, n
             self._tails = {(int(a), int(e)): int(p) for a, e, p in saved["tails"]}
             self.rng.bit_generator.state = ast.literal_eval(saved["rng_state"].tobytes().decode())
+            self._load_extras(saved, n)
+
+    def _saved_extras(self, order: np.ndarray) -> dict[str, np.ndarray]:
+        """What a subclass saves beside the transitions (`order`: their positions, oldest
+        first)."""
+        return {}
+
+    def _load_extras(self, saved: Any, n: int) -> None:
+        """Read back `_saved_extras` for the `n` transitions now at positions 0..n-1."""
 
     def _reaches_before(self, positions: np.ndarray, remap: np.ndarray) -> np.ndarray:
         """Whether each transition's stack takes a frame from a transition `remap` leaves out
