@@ -174,7 +174,7 @@ def test_weighted_updates_return_each_samples_td_error_and_heed_the_weights():
 
 def test_a_prioritized_run_resumes_with_its_priorities(tmp_path):
     """`edge-rl train --replay-priority`: the run's checkpoint keeps the priorities its updates
-    set, and a resumed run samples by them."""
+    set, and a resumed run trains on by them."""
     from edge_rl.config import TrainConfig
     from edge_rl.loop.train import Training
 
@@ -183,14 +183,15 @@ def test_a_prioritized_run_resumes_with_its_priorities(tmp_path):
                   "5000", "--eval-episodes", "5", "--no-carbon")
     config = TrainConfig.load(out / "config.json")
     assert config.replay_priority == ALPHA
-    resumed = Training(config.replace(steps=4000), resume=True)
+    resumed = Training(config.replace(steps=6000), resume=True)
     assert isinstance(resumed.replay, PrioritizedReplay)
     assert resumed.learner.updates == first["updates"] > 0
     held = resumed.replay.priority(resumed.replay.positions())
     drawn = held != 1.0  # the initial max priority: set by an update since
     assert drawn.sum() > 100 and held[drawn].std() > 0
-    second = train(out, "--resume", "--steps", "4000")
-    assert second["updates"] > first["updates"]
+    resumed.state.env_steps += 400  # as if 400 more steps had arrived: 100 updates due
+    assert resumed.train_chunk() > 0  # and trains on, by them
+    assert resumed.learner.updates > first["updates"]
 
 
 def test_a_config_saved_before_prioritized_replay_resumes_uniform():
