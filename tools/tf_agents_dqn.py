@@ -9,7 +9,9 @@ and train step both in `common.function`). What it shares with `edge-rl train`'s
 defaults: the same network (edge_rl's DuelingQNetwork, 64x64), DdqnAgent with Huber loss,
 Adam 1e-3, gamma 0.99, 3-step targets, Polyak target updates (tau 0.01 every update),
 batch 64, 1000 warm-up steps of uniform random actions, epsilon 1 -> edge-rl's epsilon_end
-(0.05 since 2026-11-24, 0.02 before) over 10k steps, one update per env step; and the
+(0.05 since 2026-11-24, 0.02 before) over 10k steps, one update per env step (edge-rl's
+default replay is prioritized since 2026-11-25; this one stays uniform, as the tutorial's);
+and the
 evaluation protocol: every 2500 env steps, 20 greedy
 episodes (TF-Agents' greedy policy, through PyTFEagerPolicy with tf.function) on a separate
 env, stopping at a mean return of --target-return (475). Wall-clock counts everything from
