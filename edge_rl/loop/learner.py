@@ -120,22 +120,23 @@ class Learner(core.Learner):
 
         Returns the last one's loss (a tensor: read it only when logging).
         """
-        traces, start = self._traces, time.perf_counter()
-        loss_info = self._train_many(to_trajectory(batch, updates))
-        if self._traces > traces:
-            self.trace_seconds.append(round(time.perf_counter() - start, 3))
-        return loss_info
+        return self._timed(self._train_many, to_trajectory(batch, updates))
 
     def train_weighted(self, batch: dict[str, np.ndarray], updates: int = 1
                        ) -> tuple[Any, np.ndarray]:
         """As `train`, each sample's loss scaled by `batch["weights"]` (prioritized replay's
         importance weights); also returns each sample's TD error, [updates * batch_size]."""
+        loss, td_errors = self._timed(self._train_many_weighted, to_trajectory(batch, updates),
+                                      batch["weights"].reshape(updates, -1))
+        return loss, td_errors.numpy().reshape(-1)
+
+    def _timed(self, update_loop: Any, *args: Any) -> Any:
+        """update_loop(*args), noting the call's time in trace_seconds where it traced."""
         traces, start = self._traces, time.perf_counter()
-        weights = batch["weights"].reshape(updates, -1)
-        loss, td_errors = self._train_many_weighted(to_trajectory(batch, updates), weights)
+        result = update_loop(*args)
         if self._traces > traces:
             self.trace_seconds.append(round(time.perf_counter() - start, 3))
-        return loss, td_errors.numpy().reshape(-1)
+        return result
 
     def _weighted_train_loop(self, experience: trajectory.Trajectory, weights: tf.Tensor
                              ) -> tuple[tf.Tensor, tf.Tensor]:
