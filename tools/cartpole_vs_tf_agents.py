@@ -3,8 +3,8 @@
     python tools/cartpole_vs_tf_agents.py [--seeds 0 1 2] [--out DIR] [--dry-run]
 
 For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475
---updates-per-step 1` (its defaults otherwise: one int8 actor process, greedy evaluation of
-20 episodes every 2500 env steps) and then `tools/tf_agents_dqn.py` (the same network,
+--updates-per-step 1 --replay-priority 0` (its defaults otherwise: one int8 actor process,
+greedy evaluation of 20 episodes every 2500 env steps) and then `tools/tf_agents_dqn.py` (the same network,
 optimizer, n-step targets, exploration schedule and evaluation protocol, in TF-Agents'
 driver + TFUniformReplayBuffer loop), one after the other so that neither shares the machine
 with the other. Each is timed as a whole process, from launch to exit (imports, set-up and
@@ -37,9 +37,11 @@ def run(command: list[str], log: Path) -> float:
 
 
 def edge_rl_command(seed: int, out: Path) -> list[str]:
-    # one update per env step, as TF-Agents' loop (DQN's default is 0.25, docs/learning.md)
+    # the algorithm of TF-Agents' loop: one update per env step and uniform replay (DQN's
+    # defaults are 0.25 and prioritized replay, docs/learning.md), so the loops differ, not it
     return [EDGE_RL, "train", "--env", "CartPole-v1", "--algo", "dqn", "--seed", str(seed),
             "--target-return", str(TARGET), "--updates-per-step", "1",
+            "--replay-priority", "0",
             "--out", str(out / f"edge-rl-{seed}")]
 
 
