@@ -179,7 +179,8 @@ def tables(runs: list[Run]) -> str:
     rng = np.random.default_rng(0)
     lines = ["# RLx2's comparison", "",
              f"Score: mean of the last {LAST_EVALUATIONS} greedy evaluations (every 5,000 env "
-             "steps, 10 episodes). % of dense: 95% bootstrap interval over seeds. Params and "
+             "steps, 10 episodes); sd: the seeds' standard deviation (numpy's, ddof 0). "
+             "% of dense: 95% bootstrap interval over seeds. Params and "
              "FLOPs: actor and critics, relative to dense. Paper: RLx2's Table 1 (3M steps) "
              "where the sparsity is the paper's.", ""]
     for key, rows in rows_of(runs).items():

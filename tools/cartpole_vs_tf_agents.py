@@ -4,12 +4,13 @@
 
 For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475
 --updates-per-step 1 --replay-priority 0` (its defaults otherwise: one int8 actor process,
-greedy evaluation of 20 episodes every 2500 env steps) and then `tools/tf_agents_dqn.py` (the same network,
-optimizer, n-step targets, exploration schedule and evaluation protocol, in TF-Agents'
-driver + TFUniformReplayBuffer loop), one after the other so that neither shares the machine
-with the other. Each is timed as a whole process, from launch to exit (imports, set-up and
-evaluations included). Prints a markdown table and both medians; writes results.json under
---out. --dry-run prints the commands, checks that both programs are there, and runs nothing.
+greedy evaluation of 20 episodes every 2500 env steps) and then `tools/tf_agents_dqn.py`
+(the same network, optimizer, n-step targets, exploration schedule and evaluation protocol,
+in TF-Agents' driver + TFUniformReplayBuffer loop), one after the other so that neither
+shares the machine with the other. Each is timed as a whole process, from launch to exit
+(imports, set-up and evaluations included). Prints a markdown table and both medians; writes
+results.json under --out. --dry-run prints the commands, checks that both programs are
+there, and runs nothing.
 """
 
 from __future__ import annotations
