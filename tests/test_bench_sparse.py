@@ -49,6 +49,9 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
         fake_run(hopper / f"rlx2-a98c95-s{seed}", [2960.0] * 10, dense // 25)
     # the export check refused one seed's int8 file: the row shows the other seed's file
     (hopper / "rigl-a98c95-s0" / "policy-int8.tflite").unlink()
+    # ... and dense seed 0's, so neither of its files was written: seed 1's fp32 is the yardstick
+    for name in ("policy-int8.tflite", "policy-fp32.tflite"):
+        (hopper / "dense-s0" / name).unlink()
     # an interrupted run with a checkpoint resumes; one exported in part is exported again
     cheetah = out / "td3-HalfCheetah-v5-300k"
     fake_run(cheetah / "rigl-a90c85-s0", [100.0] * 10, dense // 7, finished=False)
@@ -76,6 +79,7 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "2" and cells[2] == "2960 ± 0" and cells[3].startswith("98.7 [")
     assert cells[4] == "97.0" and cells[5] == "0.040"
+    assert cells[9] == "1.0 KiB (1.0x < fp32)"
     rigl = next(line for line in result.splitlines() if line.startswith("| rigl-a98c95 |"))
     assert "1.0 KiB (1 of 2 refused)" in rigl
     assert "none was written for that seed" in result

@@ -83,7 +83,8 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
     dense_params = parameters(ref)
     dense_train = ref["networks"]["train_flops"] / ref["updates"]
     dense_infer = ref["networks"]["inference_flops"]
-    fp32_bytes = dense.runs[0].file_sizes()["fp32"]
+    # the first dense seed whose fp32 file was written (a refused int8 export writes neither)
+    fp32_bytes = next((size for run in dense.runs if (size := run.file_sizes()["fp32"])), 0)
     paper = PAPER.get((algo, env), (None, {}))[1]
     lines += ["| method | seeds | score (mean ± sd) | % of dense [95% CI] | paper (3M) | params "
               "| train FLOPs | infer FLOPs | int8 file | sent and stored (vs dense fp32) |",
