@@ -31,9 +31,10 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     command = [sys.executable, str(TOOL), "--out", str(out), "--seeds", "0", "1"]
     plan = subprocess.run([*command, "--dry-run"], check=True, capture_output=True,
                           text=True).stdout
-    # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations, the Hopper sweep's 2 other sparsities
-    # x (rigl, rlx2): 9 + 2 + 4 = 15
-    assert plan.count(" new ") == 30 and "30 runs, 30 to do" in plan
+    # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations on 2 envs, the Hopper sweep's 2 other
+    # sparsities x (rigl, rlx2): 9 + 4 + 4 = 17
+    assert plan.count(" new ") == 34 and "34 runs, 34 to do" in plan
+    assert "td3-Hopper-v5-300k/rlx2-no-buffer-a98c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-a98c95-s1" in plan  # the paper's Hopper sparsity
 
     hopper = out / "td3-Hopper-v5-300k"
