@@ -13,6 +13,7 @@ from test_pixels import env_frames, greedy_return
 
 from edge_rl.device import bright_patch
 from edge_rl.device.envs import make_env
+from edge_rl.device.tflite_file import output_step
 
 ENV = bright_patch.POINT_ENV_ID
 RUNTIMES = ("ai_edge_litert", "tflite_runtime", "tflite_micro")
@@ -104,8 +105,12 @@ def test_a_continuous_algorithm_trains_on_frames_and_ships_a_raw_frame_file(algo
     actions = reference[:, :2]  # the greedy action first, in the env's units (SAC too)
     assert np.all(np.abs(actions) <= 1.0 + 1e-6)
     assert np.ptp(actions, axis=0).max() > 0  # the frames move the action
+    # int8 kernels round differently from one runtime to the next (LiteRT's XNNPACK against the
+    # reference kernels of tflite-runtime and TFLite Micro): an output step or two on a few rows
+    tolerance = 2 * output_step(model)
+    assert tolerance > 0, "the file is not int8"
     for runtime, values in outputs.items():
-        np.testing.assert_allclose(values, reference, atol=0.02, err_msg=runtime)
+        np.testing.assert_allclose(values, reference, atol=tolerance, err_msg=runtime)
 
 
 @pytest.mark.slow
