@@ -1,11 +1,14 @@
 """tools/bench_sparse.py, RLx2's campaign driver: its plan, resume states and tables, run as a
 real subprocess (the training runs themselves are the tool's work, not the test's)."""
 
+import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "bench_sparse.py"
 
@@ -109,3 +112,18 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     assert statuses["td3-Hopper-v5-300k/rlx2-a98c95-s0"] == "done"
     assert statuses["td3-HalfCheetah-v5-300k/rigl-a90c85-s0"] == "new"  # it had not finished
     assert again[again.index("# RLx2"):] == result[result.index("# RLx2"):]
+
+
+def test_a_rows_bootstrap_interval_is_its_own(monkeypatch):
+    """The docs quote these intervals: one row's must not move when rows are added before it."""
+    spec = importlib.util.spec_from_file_location("bench_sparse_tables",
+                                                  TOOL.with_name("bench_sparse_tables.py"))
+    tables = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, tables)  # its dataclasses look themselves up
+    spec.loader.exec_module(tables)
+    values, dense = [768.0, 1275.0, 1792.0, 905.0, 1433.0], [1100.0, 1700.0, 2525.0, 1290.0]
+    first = tables.bootstrap_ratio(values, dense)
+    tables.bootstrap_ratio([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])  # another table's row
+    assert tables.bootstrap_ratio(values, dense) == first
+    low, high = first
+    assert low < 100 * np.mean(values) / np.mean(dense) < high and high - low > 10

@@ -34,9 +34,12 @@ def score(summary: dict) -> float:
     return float(np.mean(returns[-LAST_EVALUATIONS:]))
 
 
-def bootstrap_ratio(values: list[float], dense: list[float], rng, samples: int = 10_000
+def bootstrap_ratio(values: list[float], dense: list[float], samples: int = 10_000
                     ) -> tuple[float, float]:
     """95% interval of mean(values) / mean(dense) in %, resampling seeds of each."""
+    # a fixed seed per call: a row's interval depends on its scores and dense's alone, not on
+    # how many rows or tables the report drew before it
+    rng = np.random.default_rng(0)
     values, dense = np.asarray(values), np.asarray(dense)
     a = rng.choice(values, (samples, len(values))).mean(axis=1)
     b = rng.choice(dense, (samples, len(dense))).mean(axis=1)
@@ -73,7 +76,7 @@ def rows_of(runs: list[Run]) -> dict[tuple[str, str, int], list[Row]]:
     return {key: list(group.values()) for key, group in groups.items()}
 
 
-def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
+def env_table(key: tuple[str, str, int], rows: list[Row]) -> list[str]:
     algo, env, steps = key
     dense = next((r for r in rows if r.setting.method == "dense"), None)
     lines = [f"## {algo.upper()} {env}, {steps:,} env steps", ""]
@@ -93,7 +96,7 @@ def env_table(key: tuple[str, str, int], rows: list[Row], rng) -> list[str]:
     for row in rows:
         summary = row.summaries[0]
         scores = row.scores
-        low, high = bootstrap_ratio(scores, dense.scores, rng)
+        low, high = bootstrap_ratio(scores, dense.scores)
         percent = 100 * np.mean(scores) / np.mean(dense.scores)
         # the files of the first seed whose int8 export was written (the check may refuse one)
         sizes = [run.file_sizes() for run in row.runs]
@@ -177,7 +180,6 @@ def compression_table(rows: list[Row], dense: Row) -> list[str]:
 def tables(runs: list[Run]) -> str:
     for run in runs:  # records of runs finished before records were kept, or by hand
         run.keep_record()
-    rng = np.random.default_rng(0)
     lines = ["# RLx2's comparison", "",
              f"Score: mean of the last {LAST_EVALUATIONS} greedy evaluations (every 5,000 env "
              "steps, 10 episodes); sd: the seeds' standard deviation (numpy's, ddof 0). "
@@ -185,5 +187,5 @@ def tables(runs: list[Run]) -> str:
              "FLOPs: actor and critics, relative to dense. Paper: RLx2's Table 1 (3M steps) "
              "where the sparsity is the paper's.", ""]
     for key, rows in rows_of(runs).items():
-        lines += env_table(key, rows, rng)
+        lines += env_table(key, rows)
     return "\n".join(lines)
