@@ -35,8 +35,8 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     plan = subprocess.run([*command, "--dry-run"], check=True, capture_output=True,
                           text=True).stdout
     # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations on 2 envs, the Hopper sweep's 2 other
-    # sparsities x (rigl, rlx2): 9 + 4 + 4 = 17
-    assert plan.count(" new ") == 34 and "34 runs, 34 to do" in plan
+    # sparsities x (rigl, rlx2), RLx2 with the paper's 10% delay on Hopper: 9 + 4 + 4 + 1 = 18
+    assert plan.count(" new ") == 36 and "36 runs, 36 to do" in plan
     assert "td3-Hopper-v5-300k/rlx2-no-buffer-a98c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-a98c95-s1" in plan  # the paper's Hopper sparsity
 
@@ -127,3 +127,15 @@ def test_a_rows_bootstrap_interval_is_its_own(monkeypatch):
     assert tables.bootstrap_ratio(values, dense) == first
     low, high = first
     assert low < 100 * np.mean(values) / np.mean(dense) < high and high - low > 10
+
+
+def test_the_paper_delay_run_switches_to_3_step_targets_at_a_tenth_of_its_budget(monkeypatch):
+    monkeypatch.syspath_prepend(str(TOOL.parent))  # the driver imports its sibling modules
+    spec = importlib.util.spec_from_file_location("bench_sparse", TOOL)
+    driver = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, driver)
+    spec.loader.exec_module(driver)
+    runs = {r.run_dir.name: r for r in driver.plan_runs("campaign", 300_000, [0], Path("out"))}
+    flags = runs["rlx2-delay10-a98c95-s0"].setting.flags()
+    assert flags[flags.index("--nstep-delay") + 1] == "30000" and "--rlx2" in flags
+    assert "--nstep-delay" not in runs["rlx2-a98c95-s0"].setting.flags()  # the default's rule

@@ -9,8 +9,10 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
 - campaign (issue 21): TD3 on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, dense, RigL and RLx2 at
   the paper's actor/critic sparsity for the env; then RLx2's two ablations (rlx2-no-delay:
   3-step targets from the start; rlx2-no-buffer: no dynamic replay) on HalfCheetah-v5 and on
-  Hopper-v5 (there, where RigL falls behind RLx2: which piece makes the gap); then the
-  compression sweep on Hopper-v5, RigL and RLx2 at 0.9/0.85, 0.95/0.9 and 0.98/0.95.
+  Hopper-v5 (there, where RigL falls behind RLx2: which piece makes the gap), and on Hopper-v5
+  rlx2-delay10 (RLx2 with the 3-step target from 10% of the run, the paper's fraction, where
+  the default waits half the run); then the compression sweep on Hopper-v5, RigL and RLx2 at
+  0.9/0.85, 0.95/0.9 and 0.98/0.95.
 - table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
   parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
 - sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2.
@@ -69,6 +71,7 @@ METHODS = {
     "rlx2": ("--topology", "rigl", "--rlx2"),
     "rlx2-no-delay": ("--topology", "rigl", "--dynamic-buffer", "--nstep", "3"),
     "rlx2-no-buffer": ("--topology", "rigl", "--delayed-nstep"),
+    "rlx2-delay10": ("--topology", "rigl", "--rlx2"),  # and --nstep-delay: see Setting.flags
 }
 SWEEP = ((0.9, 0.85), (0.95, 0.9), (0.98, 0.95))  # the compression sweep's (actor, critic)
 EVAL_FLAGS = ("--eval-every", "5000", "--eval-episodes", "10", "--no-carbon")
@@ -93,6 +96,8 @@ class Setting:
 
     def flags(self) -> list[str]:
         flags = list(METHODS[self.method])
+        if self.method == "rlx2-delay10":
+            flags += ["--nstep-delay", str(self.steps // 10)]
         if self.sparsity is not None:
             flags += ["--sparsity", str(self.sparsity[0]),
                       "--critic-sparsity", str(self.sparsity[1])]
@@ -192,6 +197,7 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
             main += at_paper_sparsity("td3", env, ("dense", "rigl", "rlx2"))
         for env in ("HalfCheetah-v5", "Hopper-v5"):
             extra += at_paper_sparsity("td3", env, ("rlx2-no-delay", "rlx2-no-buffer"))
+        extra += at_paper_sparsity("td3", "Hopper-v5", ("rlx2-delay10",))
         extra += [Setting("td3", "Hopper-v5", steps, m, s) for s in SWEEP for m in ("rigl", "rlx2")]
     elif plan == "table1":
         main = at_paper_sparsity("td3", "HalfCheetah-v5", ("dense", "tiny", "static", "set",
