@@ -114,13 +114,19 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     assert again[again.index("# RLx2"):] == result[result.index("# RLx2"):]
 
 
+def load_tool(name: str, monkeypatch):
+    """tools/NAME.py as a module, with tools/ on the path (the driver imports its siblings)."""
+    monkeypatch.syspath_prepend(str(TOOL.parent))
+    spec = importlib.util.spec_from_file_location(name, TOOL.with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_a_rows_bootstrap_interval_is_its_own(monkeypatch):
     """The docs quote these intervals: one row's must not move when rows are added before it."""
-    spec = importlib.util.spec_from_file_location("bench_sparse_tables",
-                                                  TOOL.with_name("bench_sparse_tables.py"))
-    tables = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, tables)  # its dataclasses look themselves up
-    spec.loader.exec_module(tables)
+    tables = load_tool("bench_sparse_tables", monkeypatch)
     values, dense = [768.0, 1275.0, 1792.0, 905.0, 1433.0], [1100.0, 1700.0, 2525.0, 1290.0]
     first = tables.bootstrap_ratio(values, dense)
     tables.bootstrap_ratio([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])  # another table's row
@@ -130,11 +136,7 @@ def test_a_rows_bootstrap_interval_is_its_own(monkeypatch):
 
 
 def test_the_paper_delay_run_switches_to_3_step_targets_at_a_tenth_of_its_budget(monkeypatch):
-    monkeypatch.syspath_prepend(str(TOOL.parent))  # the driver imports its sibling modules
-    spec = importlib.util.spec_from_file_location("bench_sparse", TOOL)
-    driver = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, driver)
-    spec.loader.exec_module(driver)
+    driver = load_tool("bench_sparse", monkeypatch)
     runs = {r.run_dir.name: r for r in driver.plan_runs("campaign", 300_000, [0], Path("out"))}
     flags = runs["rlx2-delay10-a98c95-s0"].setting.flags()
     assert flags[flags.index("--nstep-delay") + 1] == "30000" and "--rlx2" in flags
