@@ -76,8 +76,9 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     assert statuses["td3-HalfCheetah-v5-300k/rigl-a90c85-s0"] == "resume"
     assert statuses["td3-HalfCheetah-v5-300k/dense-s0"] == "export"
     assert statuses["td3-Hopper-v5-300k/rlx2-a98c95-s0"] == "done"
-    assert "Ultimate compression ratio, rigl: 12.0x (rigl-a95c90, 2 seeds)." in result
-    assert "Ultimate compression ratio, rlx2: 25.0x (rlx2-a98c95, 2 seeds)." in result
+    assert ("Ultimate compression ratio, rigl: 12.0x (rigl-a95c90, 2 seeds) (by the second "
+            "half's mean: 12.0x (rigl-a95c90, 2 seeds)).") in result
+    assert "Ultimate compression ratio, rlx2: 25.0x (rlx2-a98c95, 2 seeds) (by" in result
     # Hopper's row at the paper's sparsity, with the paper's figure beside it
     row = next(line for line in result.splitlines() if line.startswith("| rlx2-a98c95 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -91,7 +92,7 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     # at its 13th evaluation (100 * (12 - 4.5) = 750 >= 725), and both still climb from 225 and
     # 450 ten evaluations before
     walker_table = result[result.index("Walker2d-v5, 300"):]
-    assert "| rlx2-a97c95 | 65,000 | +222% |" in walker_table
+    assert "| rlx2-a97c95 | 65,000 | +222% | 50.0 [50.0, 50.0] |" in walker_table
     assert "| rigl-a97c95 | never (above dense) | +0% |" in walker_table
     assert "| dense | - | +222% |" in walker_table
     assert (out / "table.md").read_text().strip() == result[result.index("# RLx2"):].strip()
@@ -141,3 +142,30 @@ def test_the_paper_delay_run_switches_to_3_step_targets_at_a_tenth_of_its_budget
     flags = runs["rlx2-delay10-a98c95-s0"].setting.flags()
     assert flags[flags.index("--nstep-delay") + 1] == "30000" and "--rlx2" in flags
     assert "--nstep-delay" not in runs["rlx2-a98c95-s0"].setting.flags()  # the default's rule
+
+
+def test_second_half_mean_beside_the_score_in_the_pace_and_compression_tables(monkeypatch):
+    """A run that climbs and falls over before its end (Hopper): its last 10 evaluations miss
+    dense's mean by more than 3%, its second half's mean does not."""
+    driver = load_tool("bench_sparse", monkeypatch)
+    tables = load_tool("bench_sparse_tables", monkeypatch)
+
+    def row(method, sparsity, returns, parameters):
+        summary = {"evaluations": [{"env_steps": 5_000 * (i + 1), "mean": m}
+                                   for i, m in enumerate(returns)],
+                   "networks": {"groups": {"all": {"nonzero_parameters": parameters}}}}
+        setting = driver.Setting("td3", "Hopper-v5", 150_000, method, sparsity)
+        return tables.Row(setting, [None], [summary])
+
+    dense = row("dense", None, [2000.0] * 30, 1_000_000)
+    # evaluations 16-30 (after 75k of 150k steps): 5 at 2,900 and 10 at 1,900
+    fell = row("rlx2", (0.98, 0.95), [0.0] * 15 + [2900.0] * 5 + [1900.0] * 10, 40_000)
+    kept = row("rlx2", (0.9, 0.85), [2000.0] * 30, 125_000)
+    assert tables.second_half(fell.summaries[0]) == (5 * 2900 + 10 * 1900) / 15
+    assert fell.scores == [1900.0]
+
+    pace = "\n".join(tables.pace_table([dense, kept, fell], dense))
+    assert "| rlx2-a98c95 | 50,000 | +31% | 111.7 [111.7, 111.7] |" in pace
+    assert tables.compression_table([dense, kept, fell], dense) == [
+        "Ultimate compression ratio, rlx2: 8.0x (rlx2-a90c85, 1 seeds) "
+        "(by the second half's mean: 25.0x (rlx2-a98c95, 1 seeds))."]
