@@ -56,6 +56,12 @@ def bootstrap_ratio(values: list[float], dense: list[float], samples: int = 10_0
     return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
+def percent_of_dense(values: list[float], dense: list[float]) -> str:
+    """'mean(values) as % of mean(dense) [95% interval]', as the tables print it."""
+    low, high = bootstrap_ratio(values, dense)
+    return f"{100 * np.mean(values) / np.mean(dense):.1f} [{low:.1f}, {high:.1f}]"
+
+
 def parameters(summary: dict) -> int:
     return sum(g["nonzero_parameters"] for g in summary["networks"]["groups"].values())
 
@@ -109,8 +115,6 @@ def env_table(key: tuple[str, str, int], rows: list[Row]) -> list[str]:
     for row in rows:
         summary = row.summaries[0]
         scores = row.scores
-        low, high = bootstrap_ratio(scores, dense.scores)
-        percent = 100 * np.mean(scores) / np.mean(dense.scores)
         # the files of the first seed whose int8 export was written (the check may refuse one)
         sizes = [run.file_sizes() for run in row.runs]
         plain, packed = next(((s["int8"], s["stored"]) for s in sizes if s["int8"]), (0, 0))
@@ -124,7 +128,7 @@ def env_table(key: tuple[str, str, int], rows: list[Row]) -> list[str]:
             (algo, env), (None,))[0] else None
         lines.append(
             f"| {row.setting.label} | {len(scores)} | {np.mean(scores):.0f} ± "
-            f"{np.std(scores):.0f} | {percent:.1f} [{low:.1f}, {high:.1f}] | "
+            f"{np.std(scores):.0f} | {percent_of_dense(scores, dense.scores)} | "
             f"{'-' if published is None else published} | "
             f"{parameters(summary) / dense_params:.3f} | "
             f"{summary['networks']['train_flops'] / summary['updates'] / dense_train:.3f} | "
@@ -169,9 +173,7 @@ def pace_table(rows: list[Row], dense: Row) -> list[str]:
                 before, last = means[-LAST_EVALUATIONS - 1], means[-1]
                 changes.append(100 * (last - before) / max(abs(before), 1e-9))
         trend = f"{np.mean(changes):+.0f}%" if changes else "-"
-        low, high = bootstrap_ratio(row.second_halves, dense.second_halves)
-        level = (f"{100 * np.mean(row.second_halves) / np.mean(dense.second_halves):.1f} "
-                 f"[{low:.1f}, {high:.1f}]")
+        level = percent_of_dense(row.second_halves, dense.second_halves)
         lines.append(f"| {row.setting.label} | {at} | {trend} | {level} |")
     return lines + [""]
 
@@ -187,10 +189,10 @@ def compression_table(rows: list[Row], dense: Row) -> list[str]:
         if len(swept) < 2:
             continue
         found = []
-        for measure in ("scores", "second_halves"):
-            dense_mean = float(np.mean(getattr(dense, measure)))
-            within = [r for r in swept
-                      if np.mean(getattr(r, measure)) >= (1 - WITHIN / 100) * dense_mean]
+        for measure in (score, second_half):
+            dense_mean = np.mean([measure(s) for s in dense.summaries])
+            within = [r for r in swept if np.mean([measure(s) for s in r.summaries])
+                      >= (1 - WITHIN / 100) * dense_mean]
             best = min(within, key=lambda r: parameters(r.summaries[0]), default=None)
             found.append(f"{dense_params / parameters(best.summaries[0]):.1f}x "
                          f"({best.setting.label}, {len(best.runs)} seeds)" if best else
