@@ -46,6 +46,7 @@ from edge_rl.converters.flatbuffer import (
     builtin,
     read_model,
     round_half_away,
+    tensor_readers,
     text,
 )
 from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert, input_scales
@@ -78,6 +79,13 @@ COVERED_PERCENTILE = 99.9
 #   held-out rows against 95.6%; a sparse TD3 Pendulum actor erred by 1.07% of the action
 #   range against 0.85%.
 BALANCE_FIRST_ACTIVATION = True
+# In every way, the last int8 layer's units are scaled to fill the int8 grids they share
+# (`_scale_units`), which costs nothing in range: on the holdout rows, a 98%-sparse TD3 Hopper
+# actor's mean action error fell from 1.32% to 0.96% of the action range, a TD3
+# InvertedPendulum actor's from 0.15% to 0.07%, a 90%-sparse TD3 Pendulum actor's from 0.85% to
+# 0.78%.
+SCALE_LAST_UNITS = True
+UNIT_SCALE_FLOOR = 1e-3  # no unit is scaled by less (one its kernel and the rows left at 0)
 JUDGED_ROWS = 500  # calibration rows the ways are compared (and the bias means taken) on
 # Correct each int8 layer's bias for the mean error its rounded weights make (`corrected_bias`).
 BIAS_CORRECTION = True
@@ -111,6 +119,7 @@ class _Weighted:
     weight: _Stored
     bias: _Stored
     input_tensor: int
+    output_tensor: int
     activation: int  # the op's fused activation (schema.ActivationFunctionType)
 
 
@@ -151,7 +160,7 @@ class _Layout:
             activation = getattr(op.builtinOptions, "fusedActivationFunction", 0)
             fold = input_fold if i == 0 else 1.0
             self.weighted.append(_Weighted(layer, _stored_form(layer, fold), weight, bias,
-                                           inputs[0], activation))
+                                           inputs[0], int(op.outputs[0]), activation))
         self.metadata_data = self._metadata_span()
 
     def stored(self, index: int, producer: dict) -> _Stored:
@@ -228,6 +237,7 @@ class PolicyPatcher:
         if precision == "int8":
             self.activations = self._line_up_activations()
             self.balanced = self._balanced_activation()
+            self.scaled = self._scaled_units()
 
     # -- building ------------------------------------------------------------------------------
 
@@ -315,6 +325,32 @@ class PolicyPatcher:
             return None
         return feeding[0].source
 
+    def _scaled_units(self) -> tuple[int, int] | None:
+        """(k, twin tensor) when weighted layer k is the last int8 Dense layer, with one weight
+        scale and a ReLU or no activation, and only the float layer after it reads its output
+        (through a DEQUANTIZE): the layer whose units `_scale_units` scales. None for other
+        networks."""
+        dense = self.layout.weighted
+        int8 = [k for k, d in enumerate(dense) if d.weight.dtype == np.int8]
+        if not int8 or int8[-1] + 1 >= len(dense):
+            return None
+        k = int8[-1]
+        layer, after = dense[k], dense[k + 1]
+        if (len(layer.weight.shape) != 2 or layer.weight.scale[1] != 1
+                or layer.activation not in _RELU_OR_NONE or after.weight.dtype != np.float32):
+            return None
+        readers = tensor_readers(self.layout.graph)
+        dequantize = readers.get(layer.output_tensor, [])
+        if len(dequantize) != 1 or builtin(self.layout.model, dequantize[0]) != _OP.DEQUANTIZE \
+                or int(dequantize[0].outputs[0]) != after.input_tensor \
+                or len(readers.get(after.input_tensor, [])) != 1 \
+                or {layer.output_tensor, after.input_tensor} & set(self.layout.graph.outputs):
+            return None
+        own = [a for a in self.activations if a.tensor == layer.output_tensor]
+        if len(own) != 1 or own[0].rule != "data":
+            return None
+        return k, own[0].source
+
     # -- writing -------------------------------------------------------------------------------
 
     def write(self, calibration: np.ndarray | None, metadata: PolicyMetadata) -> bytes:
@@ -368,6 +404,8 @@ class PolicyPatcher:
         # 1. activation ranges, from the fp32 twin's `values` on the calibration rows
         if balance:
             weights, values = self._balance(weights, values)
+        if SCALE_LAST_UNITS and self.scaled is not None:
+            weights, values = self._scale_units(weights, values)
         params: dict[int, tuple[float, int]] = {}  # int8 tensor -> (scale, zero point)
         means: dict[int, np.ndarray] = {}  # int8 tensor -> its mean over the rows, per unit
         for a in self.activations:
@@ -428,6 +466,30 @@ class PolicyPatcher:
         weights = [(kernel_0 / scales, bias_0 / scales), (kernel_1 * scales[:, None], bias_1),
                    *weights[2:]]
         return weights, {**values, source: values[source] / scales}
+
+    def _scale_units(self, weights: list, values: dict) -> tuple[list, dict]:
+        """`weights` and twin `values` with unit j of the last int8 layer divided by t_j (its
+        kernel column and bias) and the float layer after it's kernel row j multiplied by t_j:
+        the same function (ReLU commutes with a positive scale). A unit's weights and its
+        activation move together here, so nothing is traded as in `_balance`: with
+        t_j = max(w_j / max w, a_j / max a) (w_j: the largest |weight| of the unit's column,
+        a_j: its largest |value| over the rows) no unit's weights or activation grow past the
+        widest's, neither shared int8 step grows, and unit j's rounding errors, in the float
+        layer's terms, shrink by t_j <= 1. TF 2.15 gives a FULLY_CONNECTED kernel one int8
+        scale; a 98%-sparse Hopper actor's middle-layer units spanned largest weights from 2.6
+        down to under 0.1, the narrow ones' weights left a few int8 levels each."""
+        k, source = self.scaled
+        (kernel, bias), (kernel_after, bias_after) = weights[k], weights[k + 1]
+        units = kernel.shape[1]
+        row = np.abs(kernel).max(axis=0).astype(np.float64)
+        active = np.abs(values[source]).reshape(-1, units).max(axis=0).astype(np.float64)
+        if row.max() <= 0 or active.max() <= 0:
+            return weights, values
+        t = np.maximum(np.maximum(row / row.max(), active / active.max()), UNIT_SCALE_FLOOR)
+        t = t.astype(np.float32)
+        weights = [*weights[:k], (kernel / t, bias / t), (kernel_after * t[:, None], bias_after),
+                   *weights[k + 2:]]
+        return weights, {**values, source: values[source] / t}
 
     def _twin_tensors(self, weights: list, rows: np.ndarray) -> dict[int, np.ndarray]:
         twin = bytearray(self.twin.flat)

@@ -61,6 +61,7 @@ def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch)
     monkeypatch.setattr(patch, "COVERED_PERCENTILE", 100.0)
     monkeypatch.setattr(patch, "BIAS_CORRECTION", False)
     monkeypatch.setattr(patch, "BALANCE_FIRST_ACTIVATION", False)
+    monkeypatch.setattr(patch, "SCALE_LAST_UNITS", False)
     model, meta = exported_network(algo)
     meta = replace(meta, precision=precision)
     calibration = recorded_observations(CASES[algo], 500, seed=1)
@@ -121,6 +122,40 @@ def test_a_layer_it_cannot_patch_is_refused_at_every_precision(precision):
     calibration = np.random.default_rng(0).random((64, 8, 8, 1), np.float32)
     with pytest.raises(NotPatchable, match="conv: a DepthwiseConv2D layer"):
         PolicyPatcher(model, precision, calibration, meta)
+
+
+@pytest.mark.parametrize("algo", ["td3", "dqn"])
+def test_narrow_units_of_the_last_int8_layer_keep_their_precision(algo, monkeypatch):
+    """TF 2.15 gives an int8 FULLY_CONNECTED kernel one scale, so units whose weights are far
+    narrower than the widest's (as pruning leaves a sparse layer's units) keep a few int8
+    levels each. Here half the middle layer's units are made 30x narrower and the float layer
+    after them 30x steeper on them: the same function. Scaled back (`_scale_units`), the int8
+    file follows fp32 as closely as it does the unchanged network."""
+    model, meta = exported_network(algo)
+    calibration = recorded_observations(CASES[algo], 500, seed=1)
+    test = recorded_observations(CASES[algo], 1000, seed=2)
+    layers = [layer for layer in model.layers if type(layer) is tf.keras.layers.Dense]
+    train_a_little(layers, np.random.default_rng(0))
+    reference = Policy(convert(model, "fp32", None, replace(meta, precision="fp32")))
+
+    def int8_error(scale_units: bool) -> float:
+        monkeypatch.setattr(patch, "SCALE_LAST_UNITS", scale_units)
+        patcher = PolicyPatcher(model, "int8", calibration, meta)
+        assert patcher.scaled is not None and patcher.scaled[0] == len(layers) - 2
+        policy = Policy(patcher.write(calibration, meta))
+        return float(np.abs(policy.outputs(test) - reference.outputs(test)).mean())
+
+    even = int8_error(scale_units=True)
+    middle, after = layers[-2], layers[-1]
+    (kernel, bias), (kernel_after, bias_after) = middle.get_weights(), after.get_weights()
+    narrow = np.where(np.arange(kernel.shape[1]) % 2 == 0, 1 / 30, 1.0).astype(np.float32)
+    middle.set_weights([kernel * narrow, bias * narrow])
+    after.set_weights([kernel_after / narrow[:, None], bias_after])
+    assert np.abs(reference.outputs(test) - Policy(convert(model, "fp32", None, replace(
+        meta, precision="fp32"))).outputs(test)).max() < 1e-3  # the same function
+    unscaled, scaled = int8_error(scale_units=False), int8_error(scale_units=True)
+    assert scaled < 1.5 * even, (scaled, even)
+    assert unscaled > 2 * scaled, (unscaled, scaled)
 
 
 def test_activation_ranges_leave_the_rarest_values_out():
