@@ -79,12 +79,15 @@ COVERED_PERCENTILE = 99.9
 #   held-out rows against 95.6%; a sparse TD3 Pendulum actor erred by 1.07% of the action
 #   range against 0.85%.
 BALANCE_FIRST_ACTIVATION = True
-# In every way, the last int8 layer's units are scaled to fill the int8 grids they share
-# (`_scale_units`), which costs nothing in range: on the holdout rows, a 98%-sparse TD3 Hopper
-# actor's mean action error fell from 1.57% to 0.82% of the action range (return 2,231 at
-# 215k steps; 1.32% to 0.96% at 45k), a TD3 InvertedPendulum actor's from 0.15% to 0.07%, a
-# 90%-sparse TD3 Pendulum actor's from 0.85% to 0.78%.
-SCALE_LAST_UNITS = True
+# With `scale_units`, in every way the last int8 layer's units are scaled to fill the int8
+# grids they share (`_scale_units`), which costs nothing in range: on the holdout rows, a
+# 98%-sparse TD3 Hopper actor's mean action error fell from 1.68% to 1.07% of the action range
+# (its best, return 3,661; 1.57% to 0.82% at 215k steps), a TD3 InvertedPendulum actor's from
+# 0.15% to 0.07%, a 90%-sparse TD3 Pendulum actor's from 0.85% to 0.78%. It is not the
+# default: the scaled weights fill more int8 levels, so a sparse file packs less small (a 90%
+# sparse actor's xz form 1% larger), and a broadcast's rounding steers its actors' exploration
+# (the default DQN CartPole run at seed 0 changed course). `edge-rl export` asks for it when the
+# plain int8 file fails its check.
 UNIT_SCALE_FLOOR = 1e-3  # no unit is scaled by less (one its kernel and the rows left at 0)
 JUDGED_ROWS = 500  # calibration rows the ways are compared (and the bias means taken) on
 # Correct each int8 layer's bias for the mean error its rounded weights make (`corrected_bias`).
@@ -198,8 +201,9 @@ class PolicyPatcher:
     """
 
     def __init__(self, model: Any, precision: str, calibration: np.ndarray | None,
-                 metadata: PolicyMetadata):
+                 metadata: PolicyMetadata, scale_units: bool = False):
         self.precision = precision
+        self.scale_units = scale_units  # int8: rescale the last int8 layer's units
         self.observation_shape = tuple(int(d) for d in metadata.observation_shape)
         self.layers = [layer for layer in model.layers if type(layer) in _LAYER_OPS]
         # Weights of any other layer (a depthwise convolution, a nested model) would stay as
@@ -404,7 +408,7 @@ class PolicyPatcher:
         # 1. activation ranges, from the fp32 twin's `values` on the calibration rows
         if balance:
             weights, values = self._balance(weights, values)
-        if SCALE_LAST_UNITS and self.scaled is not None:
+        if self.scale_units and self.scaled is not None:
             weights, values = self._scale_units(weights, values)
         params: dict[int, tuple[float, int]] = {}  # int8 tensor -> (scale, zero point)
         means: dict[int, np.ndarray] = {}  # int8 tensor -> its mean over the rows, per unit
@@ -573,12 +577,12 @@ def covered_ranges(values: np.ndarray, percentiles: list[float]
 
 
 def policy_file(model: Any, precision: str, calibration: np.ndarray | None,
-                metadata: PolicyMetadata) -> bytes:
+                metadata: PolicyMetadata, scale_units: bool = False) -> bytes:
     """One policy file as a learner publishes it: written by a PolicyPatcher (its activation
-    ranges) where the network allows, else converted in full."""
+    ranges; `scale_units` as the patcher's) where the network allows, else converted in full."""
     try:
-        return PolicyPatcher(model, precision, calibration, metadata).write(calibration,
-                                                                            metadata)
+        return PolicyPatcher(model, precision, calibration, metadata,
+                             scale_units).write(calibration, metadata)
     except NotPatchable:
         return convert(model, precision, calibration, metadata)
 

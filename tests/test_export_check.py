@@ -80,11 +80,13 @@ def test_tolerances_name_what_is_missed():
     assert tolerance_failures({"mean_relative_error": MAX_MEAN_ACTION_ERROR}) == []
 
 
-def make_run(folder: Path, wreck_int8: bool) -> Path:
+def make_run(folder: Path, wreck_int8: bool, narrow_units: bool = False) -> Path:
     """A TD3 Pendulum run directory as `edge-rl train` leaves it (config, best/ with the actor's
     weights, a published policy and observations), its actor random. `wreck_int8` gives one
     unit of the second hidden layer a huge output that the next layer ignores: fp32 acts as
-    before, but that unit sets the layer's int8 range and every other unit rounds to zero."""
+    before, but that unit sets the layer's int8 range and every other unit rounds to zero.
+    `narrow_units` makes half that layer's units 300x narrower and the next layer 300x steeper
+    on them (the same function): under one int8 weight scale their weights round to zero."""
     from edge_rl.loop.learner import Learner
 
     env = "Pendulum-v1"
@@ -101,6 +103,12 @@ def make_run(folder: Path, wreck_int8: bool) -> Path:
         kernel, bias = dense[2].get_weights()
         kernel[0] = 0.0
         dense[2].set_weights([kernel, bias])
+    if narrow_units:
+        kernel, bias = dense[1].get_weights()
+        narrow = np.where(np.arange(kernel.shape[1]) % 2 == 0, 1 / 300, 1.0).astype(np.float32)
+        dense[1].set_weights([kernel * narrow, bias * narrow])
+        kernel, bias = dense[2].get_weights()
+        dense[2].set_weights([kernel / narrow[:, None], bias])
     folder.mkdir()
     config.save(folder / "config.json")
     best = folder / "best"
@@ -117,11 +125,12 @@ def make_run(folder: Path, wreck_int8: bool) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("export-check")
-    return make_run(root / "good", False), make_run(root / "wrecked", True)
+    return (make_run(root / "good", False), make_run(root / "wrecked", True),
+            make_run(root / "narrow", False, narrow_units=True))
 
 
 def test_export_refuses_a_network_whose_int8_form_is_wrong(runs, tmp_path):
-    _, wrecked = runs
+    _, wrecked, _ = runs
     target = tmp_path / "policy.tflite"
     result = edge_rl("export", wrecked, "--int8", "-o", target, "--verify-episodes", "2")
     assert result.returncode == 1, result.stderr[-2000:]
@@ -136,8 +145,20 @@ def test_export_refuses_a_network_whose_int8_form_is_wrong(runs, tmp_path):
 
 
 def test_export_writes_the_same_network_unwrecked(runs, tmp_path):
-    good, _ = runs
+    good, _, _ = runs
     target = tmp_path / "policy.tflite"
     result = edge_rl("export", good, "--int8", "-o", target, "--verify-episodes", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert target.is_file() and "greedy return (int8)" in result.stdout
+
+
+def test_export_rescales_narrow_units_when_the_plain_int8_file_fails(runs, tmp_path):
+    """The plain int8 file of a layer with units 300x narrower than the rest fails its check
+    (their weights round to zero under the layer's one scale); the export makes it again with
+    those units rescaled, which passes, and writes that one, saying so."""
+    _, _, narrow = runs
+    target = tmp_path / "policy.tflite"
+    result = edge_rl("export", narrow, "--int8", "-o", target, "--verify-episodes", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "the plain int8 file failed its check" in result.stdout, result.stdout
+    assert "units rescaled" in result.stdout and target.is_file()

@@ -61,7 +61,6 @@ def test_patched_policy_matches_a_fresh_conversion(algo, precision, monkeypatch)
     monkeypatch.setattr(patch, "COVERED_PERCENTILE", 100.0)
     monkeypatch.setattr(patch, "BIAS_CORRECTION", False)
     monkeypatch.setattr(patch, "BALANCE_FIRST_ACTIVATION", False)
-    monkeypatch.setattr(patch, "SCALE_LAST_UNITS", False)
     model, meta = exported_network(algo)
     meta = replace(meta, precision=precision)
     calibration = recorded_observations(CASES[algo], 500, seed=1)
@@ -125,7 +124,7 @@ def test_a_layer_it_cannot_patch_is_refused_at_every_precision(precision):
 
 
 @pytest.mark.parametrize("algo", ["td3", "dqn"])
-def test_narrow_units_of_the_last_int8_layer_keep_their_precision(algo, monkeypatch):
+def test_narrow_units_of_the_last_int8_layer_keep_their_precision(algo):
     """TF 2.15 gives an int8 FULLY_CONNECTED kernel one scale, so units whose weights are far
     narrower than the widest's (as pruning leaves a sparse layer's units) keep a few int8
     levels each. Here half the middle layer's units are made 30x narrower and the float layer
@@ -139,8 +138,7 @@ def test_narrow_units_of_the_last_int8_layer_keep_their_precision(algo, monkeypa
     reference = Policy(convert(model, "fp32", None, replace(meta, precision="fp32")))
 
     def int8_error(scale_units: bool) -> float:
-        monkeypatch.setattr(patch, "SCALE_LAST_UNITS", scale_units)
-        patcher = PolicyPatcher(model, "int8", calibration, meta)
+        patcher = PolicyPatcher(model, "int8", calibration, meta, scale_units=scale_units)
         assert patcher.scaled is not None and patcher.scaled[0] == len(layers) - 2
         policy = Policy(patcher.write(calibration, meta))
         return float(np.abs(policy.outputs(test) - reference.outputs(test)).mean())

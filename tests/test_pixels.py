@@ -181,7 +181,6 @@ def test_grayscale_frames_without_a_channel_axis_convert_and_patch(precision, mo
     monkeypatch.setattr(patch, "COVERED_PERCENTILE", 100.0)
     monkeypatch.setattr(patch, "BIAS_CORRECTION", False)
     monkeypatch.setattr(patch, "BALANCE_FIRST_ACTIVATION", False)
-    monkeypatch.setattr(patch, "SCALE_LAST_UNITS", False)
     tf.keras.utils.set_random_seed(0)
     model, observation, action = image_network((16, 16))
     frames = env_frames(300, seed=0)[..., 0]

@@ -80,7 +80,8 @@ class RunExport:
             calibration_episodes.observations, GREEDY_ROWS)])
         self._reference_episodes = None
 
-    def build(self, p: str, rows: np.ndarray | None, sparse_encoding: bool = False) -> bytes:
+    def build(self, p: str, rows: np.ndarray | None, sparse_encoding: bool = False,
+              scale_units: bool = False) -> bytes:
         from edge_rl.converters import convert
         from edge_rl.converters.patch import policy_file
 
@@ -89,14 +90,15 @@ class RunExport:
         model = self.learner.built.export_model
         try:
             if p == "int8" and not sparse_encoding:  # as the learner publishes it
-                return policy_file(model, p, rows, meta)
+                return policy_file(model, p, rows, meta, scale_units)
             return convert(model, p, rows, meta, sparse_encoding)
         except ValueError as err:  # a network this precision cannot express (an op, a tensor)
             raise UserError(f"cannot export {p}: {_first_line(err)}") from None
 
     def write(self, precision: str, output: str | None, force: bool = False) -> list[str]:
         """The policy at `precision` ("tflm": int8 as C source for TFLite Micro), checked
-        and written to `output` (default: in the run folder); the report's lines."""
+        and written to `output` (default: in the run folder); the report's lines. An int8 file
+        that fails its check is made again with its last int8 layer's units rescaled."""
         check_precision(precision)
         tflm = precision == "tflm"  # int8 as C source for TFLite Micro (dense weights)
         if tflm:
@@ -109,6 +111,19 @@ class RunExport:
                                                 keep_observations=True)
         check = check_export(self.reference, candidate, self.holdout, self.config.env,
                              self.verify_episodes, self._reference_episodes)
+        if check.failures and precision == "int8":
+            # TFLite gives an int8 layer's weights one scale: try again with the last int8
+            # layer's units rescaled to share it (converters.patch, `scale_units`)
+            scaled = self.build(precision, self.rows, scale_units=True)
+            if scaled != model:
+                second = check_export(self.reference, Policy(scaled), self.holdout,
+                                      self.config.env, self.verify_episodes,
+                                      self._reference_episodes)
+                if not second.failures:
+                    note = (f"the plain int8 file failed its check ({'; '.join(check.failures)}); "
+                            "written with the last int8 layer's units rescaled")
+                    model, check = scaled, dataclasses.replace(
+                        second, lines=[note, *second.lines])
         default_name = "policy-tflm.cc" if tflm else f"policy-{precision}.tflite"
         path = Path(output) if output else self.run_dir / default_name
         if check.failures and not force:
