@@ -88,7 +88,7 @@ BALANCE_FIRST_ACTIVATION = True
 # sparse actor's xz form 1% larger), and a broadcast's rounding steers its actors' exploration
 # (the default DQN CartPole run at seed 0 changed course). `edge-rl export` asks for it when the
 # plain int8 file fails its check.
-UNIT_SCALE_FLOOR = 1e-3  # no unit is scaled by less (one its kernel and the rows left at 0)
+UNIT_SCALE_FLOOR = 1e-3  # the least a unit is divided by (an empty unit that never fired)
 JUDGED_ROWS = 500  # calibration rows the ways are compared (and the bias means taken) on
 # Correct each int8 layer's bias for the mean error its rounded weights make (`corrected_bias`).
 BIAS_CORRECTION = True
@@ -480,7 +480,7 @@ class PolicyPatcher:
         a_j: its largest |value| over the rows) no unit's weights or activation grow past the
         widest's, neither shared int8 step grows, and unit j's rounding errors, in the float
         layer's terms, shrink by t_j <= 1. TF 2.15 gives a FULLY_CONNECTED kernel one int8
-        scale; a 98%-sparse Hopper actor's middle-layer units spanned largest weights from 2.6
+        scale; a 98%-sparse Hopper actor's middle-layer units spanned largest weights from 3.6
         down to under 0.1, the narrow ones' weights left a few int8 levels each."""
         k, source = self.scaled
         (kernel, bias), (kernel_after, bias_after) = weights[k], weights[k + 1]
