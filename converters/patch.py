@@ -26,9 +26,10 @@ patcher is built; callers then convert every time.
     patcher = PolicyPatcher(model, "int8", calibration, metadata)
     flat = patcher.write(calibration, metadata)     # after every round of updates
 
-One module past ~400 lines, on purpose: the layout it finds, the int8 arithmetic that must
-match TFLite's quantizer bit for bit, and the in-place writes are one algorithm over one file
-layout, and nothing else uses its pieces.
+The numpy arithmetic on the weights (TFLite's rounding, bias correction, the rescalings) is
+in edge_rl.converters.int8_weights. This module stays past ~400 lines on purpose: the layout
+it finds, the plan of which range each activation takes, and the in-place writes are one
+algorithm over one file layout.
 """
 
 from __future__ import annotations
@@ -49,7 +50,15 @@ from edge_rl.converters.flatbuffer import (
     tensor_readers,
     text,
 )
-from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert, input_scales
+from edge_rl.converters.int8_weights import (
+    balanced_first_activation,
+    corrected_bias,
+    covered_ranges,
+    mean_as_int8,
+    scaled_units,
+    symmetric_int8,
+)
+from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert
 from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
 from edge_rl.device.tflite_file import buffer_span, quantization_spans
@@ -75,12 +84,12 @@ METADATA_SPARE_BYTES = 512  # room for the JSON to grow (versions, train steps) 
 #   against 3.7% at full range; a sparse SAC Pendulum actor lost 4.8% clipped, 1.3% not;
 COVERED_PERCENTILE = 99.9
 # * the first hidden activation's units balanced against the int8 kernel after it
-#   (`_balance`), or not: balanced, a DQN CartPole network agreed with fp32 on 98.0% of its
-#   held-out rows against 95.6%; a sparse TD3 Pendulum actor erred by 1.07% of the action
-#   range against 0.85%.
+#   (`balanced_first_activation`), or not: balanced, a DQN CartPole network agreed with fp32
+#   on 98.0% of its held-out rows against 95.6%; a sparse TD3 Pendulum actor erred by 1.07%
+#   of the action range against 0.85%.
 BALANCE_FIRST_ACTIVATION = True
 # With `scale_units`, in every way the last int8 layer's units are scaled to fill the int8
-# grids they share (`_scale_units`), which costs nothing in range: on the holdout rows, a
+# grids they share (`scaled_units`), which costs nothing in range: on the holdout rows, a
 # 98%-sparse TD3 Hopper actor's mean action error fell from 1.68% to 1.07% of the action range
 # (its best, return 3,661; 1.57% to 0.82% at 215k steps), a TD3 InvertedPendulum actor's from
 # 0.15% to 0.07%, a 90%-sparse TD3 Pendulum actor's from 0.85% to 0.78%. It is not the
@@ -88,7 +97,6 @@ BALANCE_FIRST_ACTIVATION = True
 # sparse actor's xz form 1% larger), and a broadcast's rounding steers its actors' exploration
 # (the default DQN CartPole run at seed 0 changed course). `edge-rl export` asks for it when the
 # plain int8 file fails its check.
-UNIT_SCALE_FLOOR = 1e-3  # the least a unit is divided by (an empty unit that never fired)
 JUDGED_ROWS = 500  # calibration rows the ways are compared (and the bias means taken) on
 # Correct each int8 layer's bias for the mean error its rounded weights make (`corrected_bias`).
 BIAS_CORRECTION = True
@@ -318,7 +326,8 @@ class PolicyPatcher:
 
     def _balanced_activation(self) -> int | None:
         """The twin tensor of the first hidden activation when the float input layer computes
-        it (ReLU or linear) and an int8 layer reads it: the activation `_balance` evens out.
+        it (ReLU or linear) and an int8 layer reads it: the activation
+        `balanced_first_activation` evens out.
         None for other networks."""
         dense = self.layout.weighted
         if len(dense) < 2 or dense[0].weight.dtype != np.float32 \
@@ -332,7 +341,7 @@ class PolicyPatcher:
     def _scaled_units(self) -> tuple[int, int] | None:
         """(k, twin tensor) when weighted layer k is the last int8 Dense layer, with one weight
         scale and a ReLU or no activation, and only the float layer after it reads its output
-        (through a DEQUANTIZE): the layer whose units `_scale_units` scales. None for other
+        (through a DEQUANTIZE): the layer whose units `scaled_units` scales. None for other
         networks."""
         dense = self.layout.weighted
         int8 = [k for k, d in enumerate(dense) if d.weight.dtype == np.int8]
@@ -407,9 +416,9 @@ class PolicyPatcher:
                     percentile: float, bands: dict) -> None:
         # 1. activation ranges, from the fp32 twin's `values` on the calibration rows
         if balance:
-            weights, values = self._balance(weights, values)
+            weights, values = balanced_first_activation(weights, values, self.balanced)
         if self.scale_units and self.scaled is not None:
-            weights, values = self._scale_units(weights, values)
+            weights, values = scaled_units(weights, values, *self.scaled)
         params: dict[int, tuple[float, int]] = {}  # int8 tensor -> (scale, zero point)
         means: dict[int, np.ndarray] = {}  # int8 tensor -> its mean over the rows, per unit
         for a in self.activations:
@@ -425,7 +434,7 @@ class PolicyPatcher:
                 if (a.source, balance) not in bands:  # one sort for every percentile
                     bands[a.source, balance] = covered_ranges(data, _percentiles())
                 scale, zero_point = asymmetric_int8(*bands[a.source, balance][percentile])
-                means[a.tensor] = _mean_as_int8(data[::max(1, len(data) // JUDGED_ROWS)],
+                means[a.tensor] = mean_as_int8(data[::max(1, len(data) // JUDGED_ROWS)],
                                                 scale, zero_point)
             params[a.tensor] = (scale, zero_point)
             _write(out, (a.scale_at, 4), np.float32([scale]))
@@ -452,48 +461,6 @@ class PolicyPatcher:
             _write(out, dense.bias.data, q_bias)
             _write(out, (dense.bias.scale[0], 4 * dense.bias.scale[1]),
                    np.broadcast_to(bias_scale, (dense.bias.scale[1],)).astype(np.float32))
-
-    def _balance(self, weights: list, values: dict) -> tuple[list, dict]:
-        """`weights` and twin `values` with unit j of the first hidden activation divided by
-        s_j = sqrt(a_j / w_j) (a_j: its largest value over the rows, w_j: the largest |weight|
-        of its row in the int8 kernel that reads it), the float layer's column j divided and
-        that kernel row multiplied by s_j: the same function (ReLU commutes with a positive
-        scale), and the split edge_rl.converters.tflite gives the Edge TPU's input features.
-        One int8 range serves all the units: unbalanced, the widest few set its step and the
-        narrow rest, which the next layer may weigh heavily, got a handful of levels (a DQN
-        CartPole network: the Q-value gap's error from this activation alone 0.2, while a
-        quarter of its gaps are under 0.3)."""
-        (kernel_0, bias_0), (kernel_1, bias_1) = weights[0], weights[1]
-        source = self.balanced
-        units = kernel_0.shape[1]
-        scales = input_scales(values[source].reshape(-1, units), kernel_1)
-        weights = [(kernel_0 / scales, bias_0 / scales), (kernel_1 * scales[:, None], bias_1),
-                   *weights[2:]]
-        return weights, {**values, source: values[source] / scales}
-
-    def _scale_units(self, weights: list, values: dict) -> tuple[list, dict]:
-        """`weights` and twin `values` with unit j of the last int8 layer divided by t_j (its
-        kernel column and bias) and the float layer after it's kernel row j multiplied by t_j:
-        the same function (ReLU commutes with a positive scale). A unit's weights and its
-        activation move together here, so nothing is traded as in `_balance`: with
-        t_j = max(w_j / max w, a_j / max a) (w_j: the largest |weight| of the unit's column,
-        a_j: its largest |value| over the rows) no unit's weights or activation grow past the
-        widest's, neither shared int8 step grows, and unit j's rounding errors, in the float
-        layer's terms, shrink by t_j <= 1. TF 2.15 gives a FULLY_CONNECTED kernel one int8
-        scale; a 98%-sparse Hopper actor's middle-layer units spanned largest weights from 3.6
-        down to under 0.1, the narrow ones' weights left a few int8 levels each."""
-        k, source = self.scaled
-        (kernel, bias), (kernel_after, bias_after) = weights[k], weights[k + 1]
-        units = kernel.shape[1]
-        row = np.abs(kernel).max(axis=0).astype(np.float64)
-        active = np.abs(values[source]).reshape(-1, units).max(axis=0).astype(np.float64)
-        if row.max() <= 0 or active.max() <= 0:
-            return weights, values
-        t = np.maximum(np.maximum(row / row.max(), active / active.max()), UNIT_SCALE_FLOOR)
-        t = t.astype(np.float32)
-        weights = [*weights[:k], (kernel / t, bias / t), (kernel_after * t[:, None], bias_after),
-                   *weights[k + 2:]]
-        return weights, {**values, source: values[source] / t}
 
     def _twin_tensors(self, weights: list, rows: np.ndarray) -> dict[int, np.ndarray]:
         twin = bytearray(self.twin.flat)
@@ -542,40 +509,6 @@ def _same_range(graph: Any, tensor: int, other: int) -> bool:
 
 
 
-def _mean_as_int8(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    """Each unit's mean over the rows of `values` as an int8 tensor of that scale holds them."""
-    levels = np.clip(round_half_away(values.astype(np.float64) / scale) + zero_point, -128, 127)
-    held = (levels - zero_point) * scale
-    return held.reshape(-1, held.shape[-1]).mean(axis=0)
-
-
-def corrected_bias(kernel: np.ndarray, bias: np.ndarray, q_weight: np.ndarray,
-                   weight_scale: np.ndarray, input_mean: np.ndarray) -> np.ndarray:
-    """`bias` less the mean error that rounding `kernel` [inputs, units] to `q_weight`
-    [units, inputs] (times `weight_scale`, per unit or one) makes over the calibration rows,
-    whose inputs average `input_mean`. Rounding errors are fixed, not random from row to
-    row: a DQN CartPole network's int8 middle layer moved its Q-value gap by -0.16 on average,
-    flipping 4.5% of greedy actions on its own (bias correction, Nagel et al. 2019)."""
-    shaped = weight_scale.astype(np.float64).reshape(-1, 1) if weight_scale.ndim else \
-        float(weight_scale)
-    error = q_weight.astype(np.float64) * shaped - kernel.T.astype(np.float64)
-    return (bias.astype(np.float64) - error @ input_mean).astype(np.float32)
-
-
-def covered_range(values: np.ndarray, percentile: float = COVERED_PERCENTILE
-                  ) -> tuple[float, float]:
-    """(low, high) of the `percentile` band of `values`."""
-    return covered_ranges(values, [percentile])[percentile]
-
-
-def covered_ranges(values: np.ndarray, percentiles: list[float]
-                   ) -> dict[float, tuple[float, float]]:
-    """{percentile: (low, high) of that band of `values`} for each of `percentiles`."""
-    bounds = np.percentile(values, [q for p in percentiles for q in (100.0 - p, p)])
-    return {p: (float(bounds[2 * i]), float(bounds[2 * i + 1]))
-            for i, p in enumerate(percentiles)}
-
-
 def policy_file(model: Any, precision: str, calibration: np.ndarray | None,
                 metadata: PolicyMetadata, scale_units: bool = False) -> bytes:
     """One policy file as a learner publishes it: written by a PolicyPatcher (its activation
@@ -585,23 +518,6 @@ def policy_file(model: Any, precision: str, calibration: np.ndarray | None,
                              scale_units).write(calibration, metadata)
     except NotPatchable:
         return convert(model, precision, calibration, metadata)
-
-
-def symmetric_int8(weights: np.ndarray, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 weights, scales): max |w| maps to 127, per output channel or for the whole
-    tensor."""
-    weights = weights.astype(np.float64)
-    if per_channel:  # one scale per output channel: the first axis, for Dense and Conv2D
-        scale = np.abs(weights).reshape(len(weights), -1).max(axis=1) / 127.0
-    else:
-        scale = np.array(np.abs(weights).max() / 127.0)
-    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-    shaped = (scale.astype(np.float64).reshape(-1, *[1] * (weights.ndim - 1)) if per_channel
-              else float(scale))
-    quantized = np.clip(round_half_away(weights / shaped), -127, 127).astype(np.int8)
-    return quantized, scale
-
-
 
 
 def _stored_form(layer: Any, fold: float) -> Any:

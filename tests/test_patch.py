@@ -10,7 +10,8 @@ from edge_rl.agents import get_algorithm
 from edge_rl.algorithm import resolve_defaults
 from edge_rl.config import TrainConfig
 from edge_rl.converters import convert, patch
-from edge_rl.converters.patch import NotPatchable, PolicyPatcher, covered_range
+from edge_rl.converters.int8_weights import corrected_bias, covered_range, symmetric_int8
+from edge_rl.converters.patch import NotPatchable, PolicyPatcher
 from edge_rl.device import Policy, PolicyMetadata
 from edge_rl.device.envs import describe_env
 from edge_rl.tf_setup import tf
@@ -128,7 +129,7 @@ def test_narrow_units_of_the_last_int8_layer_keep_their_precision(algo):
     """TF 2.15 gives an int8 FULLY_CONNECTED kernel one scale, so units whose weights are far
     narrower than the widest's (as pruning leaves a sparse layer's units) keep a few int8
     levels each. Here half the middle layer's units are made 30x narrower and the float layer
-    after them 30x steeper on them: the same function. Scaled back (`_scale_units`), the int8
+    after them 30x steeper on them: the same function. Scaled back (`scaled_units`), the int8
     file follows fp32 as closely as it does the unchanged network."""
     model, meta = exported_network(algo)
     calibration = recorded_observations(CASES[algo], 500, seed=1)
@@ -159,7 +160,7 @@ def test_narrow_units_of_the_last_int8_layer_keep_their_precision(algo):
 def test_activation_ranges_leave_the_rarest_values_out():
     """One value in 2000 far out does not stretch an activation's int8 grid."""
     values = np.concatenate([np.linspace(0.0, 1.0, 1999), [50.0]])
-    low, high = covered_range(values)
+    low, high = covered_range(values, patch.COVERED_PERCENTILE)
     assert low == pytest.approx(0.001, abs=1e-3) and 0.99 < high < 1.1
 
 
@@ -168,12 +169,12 @@ def test_bias_correction_removes_the_rounded_weights_mean_error():
     kernel = rng.normal(size=(64, 16)).astype(np.float32)  # [inputs, units]
     bias = rng.normal(size=16).astype(np.float32)
     inputs = np.maximum(rng.normal(0.5, 1.0, size=(2000, 64)), 0.0)  # ReLU outputs
-    q_weight, scale = patch.symmetric_int8(kernel.T, per_channel=True)
+    q_weight, scale = symmetric_int8(kernel.T, per_channel=True)
     rounded = (q_weight * scale.reshape(-1, 1)).T.astype(np.float64)
     exact = inputs @ kernel + bias
     plain = inputs @ rounded + bias
-    corrected = inputs @ rounded + patch.corrected_bias(kernel, bias, q_weight, scale,
-                                                         inputs.mean(axis=0))
+    corrected = inputs @ rounded + corrected_bias(kernel, bias, q_weight, scale,
+                                                   inputs.mean(axis=0))
     mean_error = np.abs((plain - exact).mean(axis=0))
     assert mean_error.max() > 0.01  # rounding 64 weights leaves a mean error worth correcting
     assert np.abs((corrected - exact).mean(axis=0)).max() < 1e-4 * mean_error.max() + 1e-5
