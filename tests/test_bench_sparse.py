@@ -169,3 +169,38 @@ def test_second_half_mean_beside_the_score_in_the_pace_and_compression_tables(mo
     assert tables.compression_table([dense, kept, fell], dense) == [
         "Ultimate compression ratio, rlx2: 8.0x (rlx2-a90c85, 1 seeds) "
         "(by the second half's mean: 25.0x (rlx2-a98c95, 1 seeds))."]
+
+
+def test_long_runs_are_followed_along_their_course(monkeypatch, tmp_path):
+    """At 1M steps each run gets a line: when it first reached half the best return here, and
+    the 10-evaluation mean at each tenth of the run, so a run that learned late or fell over
+    shows as such. Shorter budgets keep their tables as they were."""
+    driver = load_tool("bench_sparse", monkeypatch)
+    tables = load_tool("bench_sparse_tables", monkeypatch)
+
+    def row(method, sparsity, returns, steps=1_000_000):
+        every = steps // len(returns)
+        summary = {"evaluations": [{"env_steps": every * (i + 1), "mean": m}
+                                   for i, m in enumerate(returns)],
+                   "updates": 1000,
+                   "networks": {"groups": {"all": {"nonzero_parameters": 100}},
+                                "train_flops": 1e6, "inference_flops": 100}}
+        setting = driver.Setting("td3", "Hopper-v5", steps, method, sparsity)
+        run = driver.Run(setting, 1, tmp_path / setting.label, tmp_path / "record.json")
+        return tables.Row(setting, [run], [summary])
+
+    # 200 evaluations, one every 5,000 steps: dense learns at once and holds 3,000; the
+    # sparse run stays at 100 until 600k, reaches 4,000 there and falls to 500 after 900k
+    dense = row("dense", None, [3000.0] * 200)
+    late = row("rlx2", (0.98, 0.95), [100.0] * 119 + [4000.0] * 61 + [500.0] * 20)
+    lines = tables.curve_table([dense, late])
+    assert lines[0].startswith("| run | score | best | second half's mean | first at 2,000 ")
+    assert lines[2] == ("| dense s1 | 3,000 | 3,000 | 3,000 | 5,000 | "
+                        + ", ".join(["3,000"] * 10) + " |")
+    assert lines[3] == ("| rlx2-a98c95 s1 | 500 | 4,000 | 2,559 | 600,000 | "
+                        "100, 100, 100, 100, 100, 490, 4,000, 4,000, 4,000, 500 |")
+    assert "first at" in "\n".join(tables.env_table(("td3", "Hopper-v5", 1_000_000),
+                                                    [dense, late]))
+    short = [row("dense", None, [3000.0] * 60, 300_000),
+             row("rlx2", (0.98, 0.95), [100.0] * 60, 300_000)]
+    assert "first at" not in "\n".join(tables.env_table(("td3", "Hopper-v5", 300_000), short))

@@ -27,6 +27,10 @@ PAPER = {
 }
 WITHIN = 3.0  # % of dense: the paper's "ultimate compression ratio" criterion
 LAST_EVALUATIONS = 10
+# From this budget on the tables also follow each run along its course (`curve_table`): at
+# 1M steps Hopper's runs all reached 3,650-3,770 at their best and their last 10 evaluations
+# ranged from 977 to 3,066, so when a run learned and how it fell are the finding.
+CURVES_FROM_STEPS = 1_000_000
 
 
 def score(summary: dict) -> float:
@@ -138,7 +142,8 @@ def env_table(key: tuple[str, str, int], rows: list[Row]) -> list[str]:
     if any_refused:
         lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
                   "see the run's log), so none was written for that seed.", ""]
-    return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""]
+    curves = curve_table(rows) if steps >= CURVES_FROM_STEPS else []
+    return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""] + curves
 
 
 def window_means(summary: dict) -> tuple[list[int], np.ndarray]:
@@ -175,6 +180,32 @@ def pace_table(rows: list[Row], dense: Row) -> list[str]:
         trend = f"{np.mean(changes):+.0f}%" if changes else "-"
         level = percent_of_dense(row.second_halves, dense.second_halves)
         lines.append(f"| {row.setting.label} | {at} | {trend} | {level} |")
+    return lines + [""]
+
+
+def curve_table(rows: list[Row]) -> list[str]:
+    """One line per run: its score, best evaluation and second half's mean; the env steps of
+    its first evaluation at half the best any run here reached (when it learned); the mean of
+    LAST_EVALUATIONS evaluations ending at each tenth of the run (how it held)."""
+    best_here = max(e["mean"] for row in rows for s in row.summaries for e in s["evaluations"])
+    lines = [f"| run | score | best | second half's mean | first at {best_here / 2:,.0f} (half "
+             f"the best here) | mean of {LAST_EVALUATIONS} ending at each tenth of the run |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        for run, summary in zip(row.runs, row.summaries, strict=True):
+            evaluations = summary["evaluations"]
+            first = next((e["env_steps"] for e in evaluations if e["mean"] >= best_here / 2),
+                         None)
+            steps, means = window_means(summary)
+            tenths = []
+            for k in range(1, 11):
+                at = k * evaluations[-1]["env_steps"] / 10
+                ended = [m for step, m in zip(steps, means, strict=True) if step <= at]
+                tenths.append(f"{ended[-1]:,.0f}" if ended else "-")
+            lines.append(f"| {row.setting.label} s{run.seed} | {score(summary):,.0f} | "
+                         f"{max(e['mean'] for e in evaluations):,.0f} | "
+                         f"{second_half(summary):,.0f} | "
+                         f"{'never' if first is None else f'{first:,}'} | {', '.join(tenths)} |")
     return lines + [""]
 
 
