@@ -435,7 +435,7 @@ class PolicyPatcher:
                     bands[a.source, balance] = covered_ranges(data, _percentiles())
                 scale, zero_point = asymmetric_int8(*bands[a.source, balance][percentile])
                 means[a.tensor] = mean_as_int8(data[::max(1, len(data) // JUDGED_ROWS)],
-                                                scale, zero_point)
+                                               scale, zero_point)
             params[a.tensor] = (scale, zero_point)
             _write(out, (a.scale_at, 4), np.float32([scale]))
             _write(out, (a.zero_point_at, 8), np.int64([zero_point]))
@@ -505,8 +505,6 @@ def _same_range(graph: Any, tensor: int, other: int) -> bool:
     a, b = graph.tensors[tensor].quantization, graph.tensors[other].quantization
     return (a is not None and b is not None and a.scale is not None and b.scale is not None
             and np.array_equal(a.scale, b.scale) and np.array_equal(a.zeroPoint, b.zeroPoint))
-
-
 
 
 def policy_file(model: Any, precision: str, calibration: np.ndarray | None,
