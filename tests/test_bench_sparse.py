@@ -136,6 +136,23 @@ def test_a_rows_bootstrap_interval_is_its_own(monkeypatch):
     assert low < 100 * np.mean(values) / np.mean(dense) < high and high - low > 10
 
 
+def test_seeds_to_settle_the_97_percent_question(monkeypatch):
+    """How many seeds each would take for the interval to stop holding 97% of dense: what
+    budget would settle a shortfall. By the normal approximation a method at 80% whose seeds
+    spread by 490 against dense's 408 (mean 2,500) needs 8; twice that spread, about 4x."""
+    tables = load_tool("bench_sparse_tables", monkeypatch)
+    dense = [2000.0, 2500.0, 3000.0]
+    assert tables.seeds_to_settle([1000.0] * 3, dense) == 3  # its interval already excludes 97
+    near = tables.seeds_to_settle([1400.0, 2000.0, 2600.0], dense)
+    assert 6 <= near <= 10
+    wide = tables.seeds_to_settle([800.0, 2000.0, 3200.0], dense)
+    assert wide is None or wide >= 3 * near
+    assert tables.seeds_to_settle([1940.0, 2425.0, 2910.0], dense) is None  # at 97% exactly
+    above = tables.seeds_to_settle([2400.0, 2750.0, 3100.0], dense)  # 110%: its low end > 97
+    assert 4 <= above <= 15
+    assert tables.bootstrap_ratio([2400.0, 2750.0, 3100.0], dense)[0] < 97
+
+
 def test_the_paper_delay_run_switches_to_3_step_targets_at_a_tenth_of_its_budget(monkeypatch):
     driver = load_tool("bench_sparse", monkeypatch)
     runs = {r.run_dir.name: r for r in driver.plan_runs("campaign", 300_000, [0], Path("out"))}
@@ -165,7 +182,7 @@ def test_second_half_mean_beside_the_score_in_the_pace_and_compression_tables(mo
     assert fell.scores == [1900.0]
 
     pace = "\n".join(tables.pace_table([dense, kept, fell], dense))
-    assert "| rlx2-a98c95 | 50,000 | +31% | 111.7 [111.7, 111.7] |" in pace
+    assert "| rlx2-a98c95 | 50,000 | +31% | 111.7 [111.7, 111.7] | 1, 1 |" in pace
     assert tables.compression_table([dense, kept, fell], dense) == [
         "Ultimate compression ratio, rlx2: 8.0x (rlx2-a90c85, 1 seeds) "
         "(by the second half's mean: 25.0x (rlx2-a98c95, 1 seeds))."]
