@@ -182,6 +182,7 @@ TOOLS_TABLE: dict[str, Runs | RunElsewhere | Helper] = {
     "learning_quality.py": RunElsewhere("test_learning_tools.py"),
     "netns.py": Helper("netns_fleet.py"),
     "netns_fleet.py": RunElsewhere("test_netns_fleet.py"),
+    "resumable.py": Helper("actorq_compare.py"),  # and bench_sparse, learning_quality
     "sparse_sizes.py": Runs((PY, "{tool}", "--quick"), sparse_sizes_has_its_row),
     "sync_reference.py": RunElsewhere("test_learning_tools.py"),
     "tf_agents_dqn.py": Runs((PY, "{tool}", "--quick", "--json", "{tmp}/dqn.json"),

@@ -33,27 +33,34 @@ and env against an fp32 run. Standard library and `edge-rl` subprocesses only (n
 Before anything runs it checks that `edge-rl train` takes every flag the runs pass; --dry-run
 prints the plan (each run's status and the time it still needs), checks, and runs nothing.
 
-One script past ~400 lines, on purpose: the comparison's suites, their runs and their
-report are one resumable driver.
+The resumable machinery (run folders, the run loop, clean Ctrl-C) is tools/resumable.py,
+which bench_sparse.py and learning_quality.py share.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from resumable import (
+    EDGE_RL,
+    RunFolder,
+    add_driver_arguments,
+    checkpoint_steps,
+    read_summary,
+    run_logged,
+    run_until_interrupted,
+    saved_steps,
+    slug,
+)
 
 log = logging.getLogger("actorq_compare")
 
-EDGE_RL = [sys.executable, "-m", "edge_rl"]
 PRECISIONS = {"quantization": ("fp32", "fp16", "int8"), "framework": ("tf-fp32",),
               "actor-bound": ("fp32", "fp16", "int8"), "d4pg": ("fp32", "int8"),
               "minatar": ("fp32", "int8")}
@@ -93,26 +100,6 @@ class Setting:
 
     def name(self, seed: int) -> str:
         return f"{self.suite}/{self.algo}-{slug(self.env)}-{self.precision}-s{seed}"
-
-
-def slug(env_id: str) -> str:
-    """An env id as one path component (dm_control/cartpole-balance-v0 has a slash)."""
-    return env_id.replace("/", "-")
-
-
-
-@dataclass(frozen=True)
-class RunFolder:
-    """One run of a driver (this one, bench_sparse, learning_quality): its setting, its seed
-    and its folder, with its log beside it."""
-
-    setting: Any
-    seed: int
-    run_dir: Path
-
-    @property
-    def log_file(self) -> Path:
-        return self.run_dir.with_name(self.run_dir.name + ".log")
 
 
 @dataclass(frozen=True)
@@ -169,29 +156,6 @@ def plan_runs(settings: list[Setting], seeds: list[int], out: Path) -> list[Run]
     runs = [Run(s, seed, out / s.name(seed)) for s in settings for seed in seeds]
     return sorted(runs, key=lambda r: (groups[r.setting.suite, r.setting.algo, r.setting.env],
                                        r.seed))
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_summary(run_dir: Path) -> dict | None:
-    return read_json(run_dir / "summary.json")
-
-
-def saved_steps(run_dir: Path) -> int | None:
-    """--steps of the run as saved in its config.json."""
-    return (read_json(run_dir / "config.json") or {}).get("steps")
-
-
-def checkpoint_steps(run_dir: Path) -> int | None:
-    """Env steps of the run's newest whole checkpoint; None if it has none."""
-    pointer = run_dir / "checkpoints" / "latest"
-    name = pointer.read_text().strip() if pointer.is_file() else ""
-    return int(name.rsplit("-", 1)[-1]) if name and (pointer.parent / name).is_dir() else None
 
 
 def run_status(run: Run) -> str:
@@ -273,52 +237,10 @@ def unknown_train_flags(commands: list[list[str]]) -> list[str]:
     return sorted(unknown)
 
 
-def wait_interruptibly(process: subprocess.Popen) -> int:
-    """Wait for `process`; Ctrl-C here is passed on to it once per press (the first stops
-    it cleanly with a final checkpoint), and KeyboardInterrupt raised once it has exited."""
-    interrupted = False
-    while True:
-        try:
-            code = process.wait()
-        except KeyboardInterrupt:
-            interrupted = True
-            log.warning("interrupted: stopping %d cleanly (it writes a checkpoint)", process.pid)
-            process.send_signal(signal.SIGINT)
-            continue
-        if interrupted:
-            raise KeyboardInterrupt
-        return code
-
-
 def execute(run: Run, status: str) -> bool:
     """Run (or resume) one training with its output appended to its log; True if it ended
     with exit code 0."""
     return run_logged(run.name, train_command(run, status), run.log_file, status == "resume")
-
-
-def run_logged(name: str, command: list[str], log_file: Path, resuming: bool) -> bool:
-    """Run `command` in the log's folder with its output appended to `log_file`; True if it
-    ended with exit code 0. Ctrl-C stops it cleanly (see wait_interruptibly)."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    log.info("%s %s (log: %s)", "resuming" if resuming else "starting", name, log_file)
-    started = time.monotonic()
-    with open(log_file, "a") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
-        out.flush()
-        # Its own process group: a terminal's Ctrl-C reaches only this driver, which passes
-        # exactly one SIGINT on (a second one would stop edge-rl before its checkpoint). In
-        # the log's folder, where MuJoCo's MUJOCO_LOG.TXT then lands.
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, process_group=0,
-                                   cwd=log_file.parent)
-        code = wait_interruptibly(process)
-    seconds = time.monotonic() - started
-    if code != 0:
-        log.error("%s failed with exit code %d after %.0f s; see %s", name, code, seconds,
-                  log_file)
-        return False
-    log.info("%s finished in %.0f s", name, seconds)
-    return True
 
 
 def write_reports(runs: list[Run], suites: set[str], report_dir: Path,
@@ -359,76 +281,6 @@ def write_reports(runs: list[Run], suites: set[str], report_dir: Path,
     return ok
 
 
-def run_all(runs: list, max_runs: int | None, status_of=None, execute_one=None) -> list:
-    """Run the unfinished runs in order, at most `max_runs` of them; returns those that
-    failed. KeyboardInterrupt goes through once the current run has stopped. `status_of(run)`
-    ("done", "resume" or "new") and `execute_one(run, status)` default to this driver's."""
-    status_of, execute_one = status_of or run_status, execute_one or execute
-    failed, started = [], 0
-    for run in runs:
-        status = status_of(run)
-        if status == "done":
-            continue
-        if max_runs is not None and started >= max_runs:
-            log.info("--max-runs %d reached: stopping here", max_runs)
-            break
-        started += 1
-        if not execute_one(run, status):
-            failed.append(run)
-    return failed
-
-
-def run_until_interrupted(runs: list, max_runs: int | None, status_of=None,
-                          execute_one=None) -> list | None:
-    """run_all, with Ctrl-C (even when started with SIGINT ignored, as a background job) and
-    SIGTERM stopping the current run cleanly; None if interrupted."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.default_int_handler)  # raises KeyboardInterrupt
-    try:
-        return run_all(runs, max_runs, status_of, execute_one)
-    except KeyboardInterrupt:
-        log.warning("interrupted: run the same command again to resume")
-        return None
-
-
-def add_driver_arguments(parser: argparse.ArgumentParser, out: str, report_flag: str) -> None:
-    """The options every resumable driver here shares; `report_flag` (--report-only,
-    --table-only) runs nothing and writes the report."""
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", type=Path, default=Path(out))
-    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
-    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
-    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
-    parser.add_argument(report_flag, dest="report_only", action="store_true",
-                        help="Run nothing; write the report.")
-
-
-def drive(runs: list, args: argparse.Namespace, print_plan, execute_one, report,
-          report_file: Path) -> int:
-    """A resumable driver's main: print the plan; unless --dry-run, make the unfinished runs
-    (not with --report-only), then write `report(runs)` to `report_file` and print it. Exit
-    status: 2 if nothing matched, 130 if interrupted, 1 if a run failed."""
-    if not runs:
-        log.error("no run matches --only %r", args.only)
-        return 2
-    print_plan(runs)
-    if args.dry_run:
-        return 0
-    failed = []
-    if not args.report_only:
-        failed = run_until_interrupted(runs, args.max_runs, lambda run: run.status(),
-                                       execute_one)
-        if failed is None:
-            return 130
-    text = report(runs)
-    report_file.parent.mkdir(parents=True, exist_ok=True)
-    report_file.write_text(text + "\n")
-    print(text)
-    for run in failed:
-        log.error("failed: %s (log: %s)", run.run_dir.name, run.log_file)
-    return 1 if failed else 0
-
-
 def parse_thresholds(pairs: list[str]) -> dict[str, float]:
     thresholds = dict(THRESHOLDS)
     for pair in pairs:
@@ -443,17 +295,12 @@ def parse_thresholds(pairs: list[str]) -> dict[str, float]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=[*PRECISIONS, "all"], default="all")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps-dqn", type=int, default=100_000)
     parser.add_argument("--steps-td3", type=int, default=100_000)
     parser.add_argument("--steps-actor-bound", type=int, default=50_000)
     parser.add_argument("--steps-d4pg", type=int, default=100_000)
     parser.add_argument("--steps-minatar", type=int, default=500_000)
-    parser.add_argument("--out", type=Path, default=Path("runs/actorq"))
-    parser.add_argument("--only", metavar="REGEX", help="Only the runs whose name matches.")
-    parser.add_argument("--max-runs", type=int, metavar="N", help="Start at most N runs.")
-    parser.add_argument("--dry-run", action="store_true", help="Print the plan and exit.")
-    parser.add_argument("--report-only", action="store_true", help="Run nothing; report.")
+    add_driver_arguments(parser, "runs/actorq", "--report-only")
     parser.add_argument("--report-dir", type=Path, help="[default: OUT/report]")
     parser.add_argument("--threshold", action="append", default=[], metavar="ENV=RETURN",
                         help=f"Report threshold per env.  [default: {THRESHOLDS}]")
@@ -480,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = []
     if not args.report_only:
-        failed = run_until_interrupted(runs, args.max_runs)
+        failed = run_until_interrupted(runs, args.max_runs, run_status, execute)
         if failed is None:
             return 130
     # every suite's runs: the framework report compares with the quantization suite's

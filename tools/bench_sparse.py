@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from actorq_compare import (
+from bench_sparse_tables import PAPER, tables
+from resumable import (
     EDGE_RL,
     RunFolder,
     add_driver_arguments,
@@ -58,7 +59,6 @@ from actorq_compare import (
     run_logged,
     slug,
 )
-from bench_sparse_tables import PAPER, tables
 
 log = logging.getLogger("bench_sparse")
 

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from actorq_compare import (
+from resumable import (
     EDGE_RL,
     RunFolder,
     add_driver_arguments,
