@@ -67,7 +67,9 @@ def seeds_to_settle(values: list[float], dense: list[float], target: float = TAR
     """The fewest seeds per method at which the 95% interval of mean(values) / mean(dense)
     no longer holds `target` (in %): the seeds so far where their interval already does not,
     else projected, as if further seeds scatter as these do (each side's seeds resampled n at
-    a time, which the few seeds so far make optimistic); None when even MOST_SEEDS would not."""
+    a time, spread about their mean by sqrt(k / (k - 1)) for k seeds so far, so that a few
+    seeds' spread is not taken for the smaller one it appears); None when even MOST_SEEDS
+    would not do."""
     below = np.mean(values) / np.mean(dense) * 100 < target
 
     def settled(low: float, high: float) -> bool:
@@ -76,7 +78,13 @@ def seeds_to_settle(values: list[float], dense: list[float], target: float = TAR
     if settled(*bootstrap_ratio(values, dense)):
         return len(values)
     rng = np.random.default_rng(0)
-    values, dense = np.asarray(values), np.asarray(dense)
+
+    def widened(seeds: list[float]) -> np.ndarray:
+        seeds = np.asarray(seeds, dtype=float)
+        k = len(seeds)
+        return seeds.mean() + (seeds - seeds.mean()) * (np.sqrt(k / (k - 1)) if k > 1 else 1)
+
+    values, dense = widened(values), widened(dense)
     for n in range(max(len(values), len(dense)) + 1, MOST_SEEDS + 1):
         a = rng.choice(values, (2_000, n)).mean(axis=1)
         b = rng.choice(dense, (2_000, n)).mean(axis=1)
