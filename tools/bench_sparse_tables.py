@@ -75,15 +75,14 @@ def seeds_to_settle(values: list[float], dense: list[float], target: float = TAR
     def settled(low: float, high: float) -> bool:
         return high < target if below else low > target
 
-    if settled(*bootstrap_ratio(values, dense)):
-        return len(values)
-    rng = np.random.default_rng(0)
-
     def widened(seeds: list[float]) -> np.ndarray:
         seeds = np.asarray(seeds, dtype=float)
         k = len(seeds)
         return seeds.mean() + (seeds - seeds.mean()) * (np.sqrt(k / (k - 1)) if k > 1 else 1)
 
+    if settled(*bootstrap_ratio(values, dense)):
+        return len(values)
+    rng = np.random.default_rng(0)
     values, dense = widened(values), widened(dense)
     for n in range(max(len(values), len(dense)) + 1, MOST_SEEDS + 1):
         a = rng.choice(values, (2_000, n)).mean(axis=1)

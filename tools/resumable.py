@@ -32,8 +32,7 @@ def slug(env_id: str) -> str:
 
 @dataclass(frozen=True)
 class RunFolder:
-    """One run of a driver: its setting, its seed
-    and its folder, with its log beside it."""
+    """One run of a driver: its setting, its seed and its folder, with its log beside it."""
 
     setting: Any
     seed: int
