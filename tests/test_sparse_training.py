@@ -62,7 +62,10 @@ def test_export_keeps_the_erk_zeros_and_packs_small(sparse_run):
     packed = out / "policy-int8.tflite.xz"
     assert packed.stat().st_size * 4 < len(model)
     fp32_bytes = int(result.stdout.split("dense fp32 (")[1].split()[0])
-    assert fp32_bytes / packed.stat().st_size >= 15  # the issue's target at 90% sparsity
+    # the issue's target at 90% sparsity; the export's report says whether the plain int8
+    # file was written or, its check failed, the rescaled one (its units' weights spread over
+    # more int8 levels, so it packs less tightly)
+    assert fp32_bytes / packed.stat().st_size >= 15, result.stdout
     observations = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
     assert np.array_equal(load_policy(packed).act(observations),
                           load_policy(out / "policy-int8.tflite").act(observations))
