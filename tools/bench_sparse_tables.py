@@ -49,15 +49,16 @@ def second_half(summary: dict) -> float:
     return float(np.mean([e["mean"] for e in evaluations if e["env_steps"] > half]))
 
 
-def bootstrap_ratio(values: list[float], dense: list[float], samples: int = 10_000
-                    ) -> tuple[float, float]:
-    """95% interval of mean(values) / mean(dense) in %, resampling seeds of each."""
+def bootstrap_ratio(values: list[float], dense: list[float], samples: int = 10_000,
+                    seeds: int | None = None) -> tuple[float, float]:
+    """95% interval of mean(values) / mean(dense) in %, resampling seeds of each (`seeds` at a
+    time per side when given, else as many as each side has)."""
     # a fixed seed per call: a row's interval depends on its scores and dense's alone, not on
     # how many rows or tables the report drew before it
     rng = np.random.default_rng(0)
     values, dense = np.asarray(values), np.asarray(dense)
-    a = rng.choice(values, (samples, len(values))).mean(axis=1)
-    b = rng.choice(dense, (samples, len(dense))).mean(axis=1)
+    a = rng.choice(values, (samples, seeds or len(values))).mean(axis=1)
+    b = rng.choice(dense, (samples, seeds or len(dense))).mean(axis=1)
     ratios = 100 * a / b
     return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
@@ -82,12 +83,9 @@ def seeds_to_settle(values: list[float], dense: list[float], target: float = TAR
 
     if settled(*bootstrap_ratio(values, dense)):
         return len(values)
-    rng = np.random.default_rng(0)
     values, dense = widened(values), widened(dense)
     for n in range(max(len(values), len(dense)) + 1, MOST_SEEDS + 1):
-        a = rng.choice(values, (2_000, n)).mean(axis=1)
-        b = rng.choice(dense, (2_000, n)).mean(axis=1)
-        if settled(*np.percentile(100 * a / b, [2.5, 97.5])):
+        if settled(*bootstrap_ratio(values, dense, seeds=n)):
             return n
     return None
 
