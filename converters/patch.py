@@ -43,7 +43,6 @@ from tensorflow.lite.tools import flatbuffer_utils
 
 from edge_rl.converters.flatbuffer import (
     asymmetric_int8,
-    bounded_ranges,
     builtin,
     read_model,
     round_half_away,
@@ -58,6 +57,7 @@ from edge_rl.converters.int8_weights import (
     scaled_units,
     symmetric_int8,
 )
+from edge_rl.converters.ranges import bounded_ranges
 from edge_rl.converters.tflite import attach_metadata, calibration_rows, convert
 from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata

@@ -37,7 +37,7 @@ w_i the largest |weight| of its kernel row. The scaled feature and the scaled ro
 span sqrt(a_i * w_i), a feature's share of either int8 grid growing with the most it can add
 to the layer's output.
 
-Ranges fixed by mathematics are never taken from data (`bounded_ranges`): a TANH's input
+Ranges fixed by mathematics are never taken from data (edge_rl.converters.ranges): a TANH's input
 and the scaling of its output to the action bounds. All other activations are calibrated on
 the rows given: give many and varied ones (see edge_rl.runs.best_policy).
 
@@ -65,15 +65,14 @@ from tensorflow.lite.tools import flatbuffer_utils
 
 from edge_rl.config import EXPORT_PRECISIONS as PRECISIONS  # what a policy file can be
 from edge_rl.converters.flatbuffer import (
-    bounded_ranges,
     float_input_layer,
     float_output_stage,
     integer_input,
     narrow_outputs_first,
     read_model,
-    set_ranges,
     text,
 )
+from edge_rl.converters.ranges import bounded_ranges, set_ranges
 from edge_rl.device.observations import KINDS as OBSERVATION_KINDS
 from edge_rl.device.outputs import output_count
 from edge_rl.device.policy_file import METADATA_NAME, PolicyMetadata
