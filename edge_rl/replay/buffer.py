@@ -25,6 +25,10 @@ rebuilt from its transition's frame and those of its episode's S - 1 previous tr
 begin. A transition whose observation that rebuild would not give (an env padding its first
 stack otherwise, an earlier step that never arrived) keeps its whole stack in `stacks`. One
 whose earlier frames the ring has since overwritten is not sampled.
+
+One module past ~400 lines, on purpose: saving and loading (the last part) rewrite the ring's
+successor and predecessor links for the order they store, so they read its private state as
+much as insert and sample do.
 """
 
 from __future__ import annotations
