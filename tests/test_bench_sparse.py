@@ -34,9 +34,11 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     command = [sys.executable, str(TOOL), "--out", str(out), "--seeds", "0", "1"]
     plan = subprocess.run([*command, "--dry-run"], check=True, capture_output=True,
                           text=True).stdout
-    # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations on 2 envs, the Hopper sweep's 2 other
-    # sparsities x (rigl, rlx2), RLx2 with the paper's 10% delay on Hopper: 9 + 4 + 4 + 1 = 18
-    assert plan.count(" new ") == 36 and "36 runs, 36 to do" in plan
+    # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations on 2 envs and the no-delay one on
+    # Walker2d, the Hopper sweep's 2 other sparsities x (rigl, rlx2), RLx2 with the paper's 10%
+    # delay on Hopper: 9 + 5 + 4 + 1 = 19
+    assert plan.count(" new ") == 38 and "38 runs, 38 to do" in plan
+    assert "td3-Walker2d-v5-300k/rlx2-no-delay-a97c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-no-buffer-a98c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-a98c95-s1" in plan  # the paper's Hopper sparsity
 

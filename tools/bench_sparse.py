@@ -9,7 +9,8 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
 - campaign (issue 21): TD3 on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, dense, RigL and RLx2 at
   the paper's actor/critic sparsity for the env; then RLx2's two ablations (rlx2-no-delay:
   3-step targets from the start; rlx2-no-buffer: no dynamic replay) on HalfCheetah-v5 and on
-  Hopper-v5 (there, where RigL falls behind RLx2: which piece makes the gap), and on Hopper-v5
+  Hopper-v5 (there, where RigL falls behind RLx2: which piece makes the gap), rlx2-no-delay on
+  Walker2d-v5 (whether the delay is why RLx2 is short of dense there), and on Hopper-v5
   rlx2-delay10 (RLx2 with the 3-step target from 10% of the run, the paper's fraction, where
   the default waits half the run); then the compression sweep on Hopper-v5, RigL and RLx2 at
   0.9/0.85, 0.95/0.9 and 0.98/0.95.
@@ -197,6 +198,7 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
             main += at_paper_sparsity("td3", env, ("dense", "rigl", "rlx2"))
         for env in ("HalfCheetah-v5", "Hopper-v5"):
             extra += at_paper_sparsity("td3", env, ("rlx2-no-delay", "rlx2-no-buffer"))
+        extra += at_paper_sparsity("td3", "Walker2d-v5", ("rlx2-no-delay",))
         extra += at_paper_sparsity("td3", "Hopper-v5", ("rlx2-delay10",))
         extra += [Setting("td3", "Hopper-v5", steps, m, s) for s in SWEEP for m in ("rigl", "rlx2")]
     elif plan == "table1":
