@@ -16,7 +16,7 @@ Three edits make an int8 policy file act as its float network does, for every TF
   observation kind fixes, not the calibration data's: each value the input can hold gets an
   int8 level of its own, and a frame brighter than any calibration frame is not clipped.
 
-The ranges that mathematics fixes (after a TANH) are edge_rl.converters.ranges'.
+edge_rl.converters.ranges gives the int8 ranges that mathematics fixes (after a TANH).
 """
 
 from __future__ import annotations
