@@ -36,9 +36,10 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
                           text=True).stdout
     # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations on 2 envs and the no-delay one on
     # Walker2d, the Hopper sweep's 2 other sparsities x (rigl, rlx2), RLx2 with the paper's 10%
-    # delay on Hopper: 9 + 5 + 4 + 1 = 19
-    assert plan.count(" new ") == 38 and "38 runs, 38 to do" in plan
+    # delay on Hopper, with a fixed 50k delay on Walker2d and Hopper: 9 + 5 + 4 + 1 + 2 = 21
+    assert plan.count(" new ") == 42 and "42 runs, 42 to do" in plan
     assert "td3-Walker2d-v5-300k/rlx2-no-delay-a97c95-s1" in plan
+    assert "td3-Walker2d-v5-300k/rlx2-delay50k-a97c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-no-buffer-a98c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-a98c95-s1" in plan  # the paper's Hopper sparsity
 
@@ -162,6 +163,8 @@ def test_the_paper_delay_run_switches_to_3_step_targets_at_a_tenth_of_its_budget
     flags = runs["rlx2-delay10-a98c95-s0"].setting.flags()
     assert flags[flags.index("--nstep-delay") + 1] == "30000" and "--rlx2" in flags
     assert "--nstep-delay" not in runs["rlx2-a98c95-s0"].setting.flags()  # the default's rule
+    flags = runs["rlx2-delay50k-a98c95-s0"].setting.flags()
+    assert flags[flags.index("--nstep-delay") + 1] == "50000" and "--rlx2" in flags
 
 
 def test_second_half_mean_beside_the_score_in_the_pace_and_compression_tables(monkeypatch):
