@@ -130,7 +130,7 @@ def test_rlx2_replay_defaults_keep_the_papers_data_and_fit_short_runs():
     assert replay(rlx2=True, steps=100_000, buffer_check_interval=700)[1:] == (33_333, 700)
 
 
-def test_rlx2_switches_to_nstep_targets_at_half_the_run_at_most_the_papers_300k():
+def test_rlx2_uses_nstep_targets_from_the_start_below_the_papers_3m_steps():
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
 
@@ -139,7 +139,8 @@ def test_rlx2_switches_to_nstep_targets_at_half_the_run_at_most_the_papers_300k(
                                                                     **given))
         return config.nstep, config.nstep_delay
 
-    assert delay(rlx2=True, steps=100_000) == (3, 50_000)
-    assert delay(rlx2=True, steps=300_000) == (3, 150_000)
-    assert delay(rlx2=True, steps=3_000_000) == (3, 300_000)
+    assert delay(rlx2=True, steps=100_000) == (3, 0)
+    assert delay(rlx2=True, steps=1_000_000) == (3, 0)
+    assert delay(rlx2=True, steps=3_000_000) == (3, 300_000)  # the paper's, at its budget
+    assert delay(delayed_nstep=True, steps=5_000_000) == (3, 300_000)
     assert delay(rlx2=True, steps=100_000, nstep_delay=10_000) == (3, 10_000)

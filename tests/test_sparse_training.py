@@ -16,7 +16,10 @@ def sparse_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sparse") / "run"
     return out, train(out, "--algo", "td3", "--env", "Pendulum-v1", "--sparsity", "0.9",
                       "--rlx2", "--steps", "20000", "--eval-every", "2500", "--eval-episodes",
-                      "10", "--topology-interval", "2500", "--seed", "0")
+                      "10", "--topology-interval", "2500", "--seed", "0",
+                      # RLx2's switch from 1- to 3-step targets, which the default does not
+                      # make below 3M steps
+                      "--nstep-delay", "10000")
 
 
 def test_sparse_rlx2_td3_learns_pendulum(sparse_run):

@@ -12,9 +12,11 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
   Hopper-v5 (there, where RigL falls behind RLx2: which piece makes the gap), rlx2-no-delay on
   Walker2d-v5 (whether the delay is why RLx2 is short of dense there), and on Hopper-v5
   rlx2-delay10 (RLx2 with the 3-step target from 10% of the run, the paper's fraction, where
-  the default waits half the run), and on Walker2d-v5 and Hopper-v5 rlx2-delay50k (the switch
+  rlx2 waits half the run), and on Walker2d-v5 and Hopper-v5 rlx2-delay50k (the switch
   at a fixed 50k steps); then the compression sweep on Hopper-v5, RigL and RLx2 at
-  0.9/0.85, 0.95/0.9 and 0.98/0.95.
+  0.9/0.85, 0.95/0.9 and 0.98/0.95. The rlx2 rows (and rlx2-no-buffer's) switch to 3-step
+  targets at half the run, at most 300k: `--rlx2`'s default when their records were made. Since
+  2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is the default's row.
 - table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
   parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
 - sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2.
@@ -70,14 +72,24 @@ METHODS = {
     "static": ("--topology", "static"),
     "set": ("--topology", "set"),
     "rigl": ("--topology", "rigl"),
+    # rlx2, rlx2-no-buffer and rlx2-delay10 also get --nstep-delay: see Setting.flags
     "rlx2": ("--topology", "rigl", "--rlx2"),
     "rlx2-no-delay": ("--topology", "rigl", "--dynamic-buffer", "--nstep", "3"),
     "rlx2-no-buffer": ("--topology", "rigl", "--delayed-nstep"),
-    "rlx2-delay10": ("--topology", "rigl", "--rlx2"),  # and --nstep-delay: see Setting.flags
+    "rlx2-delay10": ("--topology", "rigl", "--rlx2"),
     # a fixed 50k steps of 1-step targets: what the default gives a 100k run, where the delay
     # paid; at 300k the default's 150k cost (docs/sparse.md, "The delay at 100k")
     "rlx2-delay50k": ("--topology", "rigl", "--rlx2", "--nstep-delay", "50000"),
 }
+
+
+def campaign_nstep_delay(steps: int) -> int:
+    """The delay the campaign's RLx2 rows run with: half the run, at most the paper's 300k.
+    It was `--rlx2`'s default when their records were made (until 2026-11-27); edge-rl's
+    default is now none below 3M steps, what the rlx2-no-delay rows run."""
+    return min(300_000, steps // 2)
+
+
 SWEEP = ((0.9, 0.85), (0.95, 0.9), (0.98, 0.95))  # the compression sweep's (actor, critic)
 EVAL_FLAGS = ("--eval-every", "5000", "--eval-episodes", "10", "--no-carbon")
 STEPS_PER_SECOND = 300.0  # TD3 on MuJoCo here, before a run of the setting has finished
@@ -103,6 +115,8 @@ class Setting:
         flags = list(METHODS[self.method])
         if self.method == "rlx2-delay10":
             flags += ["--nstep-delay", str(self.steps // 10)]
+        elif self.method in ("rlx2", "rlx2-no-buffer"):
+            flags += ["--nstep-delay", str(campaign_nstep_delay(self.steps))]
         if self.sparsity is not None:
             flags += ["--sparsity", str(self.sparsity[0]),
                       "--critic-sparsity", str(self.sparsity[1])]
