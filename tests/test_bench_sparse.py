@@ -35,9 +35,11 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     plan = subprocess.run([*command, "--dry-run"], check=True, capture_output=True,
                           text=True).stdout
     # per seed: 3 envs x (dense, rigl, rlx2), 2 ablations on 2 envs and the no-delay one on
-    # Walker2d, the Hopper sweep's 2 other sparsities x (rigl, rlx2), RLx2 with the paper's 10%
-    # delay on Hopper, with a fixed 50k delay on Walker2d and Hopper: 9 + 5 + 4 + 1 + 2 = 21
-    assert plan.count(" new ") == 42 and "42 runs, 42 to do" in plan
+    # Walker2d, the Hopper sweep's 2 other sparsities x (rigl, rlx2, rlx2-no-delay), RLx2 with
+    # the paper's 10% delay on Hopper, with a fixed 50k delay on Walker2d and Hopper:
+    # 9 + 5 + 6 + 1 + 2 = 23
+    assert plan.count(" new ") == 46 and "46 runs, 46 to do" in plan
+    assert "td3-Hopper-v5-300k/rlx2-no-delay-a90c85-s1" in plan  # the default's sweep
     assert "td3-Walker2d-v5-300k/rlx2-no-delay-a97c95-s1" in plan
     assert "td3-Walker2d-v5-300k/rlx2-delay50k-a97c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-no-buffer-a98c95-s1" in plan

@@ -13,10 +13,11 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
   Walker2d-v5 (whether the delay is why RLx2 is short of dense there), and on Hopper-v5
   rlx2-delay10 (RLx2 with the 3-step target from 10% of the run, the paper's fraction, where
   rlx2 waits half the run), and on Walker2d-v5 and Hopper-v5 rlx2-delay50k (the switch
-  at a fixed 50k steps); then the compression sweep on Hopper-v5, RigL and RLx2 at
-  0.9/0.85, 0.95/0.9 and 0.98/0.95. The rlx2 rows (and rlx2-no-buffer's) switch to 3-step
-  targets at half the run, at most 300k: `--rlx2`'s default when their records were made. Since
-  2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is the default's row.
+  at a fixed 50k steps); then the compression sweep on Hopper-v5, RigL, RLx2 and
+  rlx2-no-delay at 0.9/0.85, 0.95/0.9 and 0.98/0.95. The rlx2 rows (and rlx2-no-buffer's)
+  switch to 3-step targets at half the run, at most 300k: `--rlx2`'s default when their records
+  were made. Since 2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is
+  the default's row.
 - table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
   parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
 - sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2.
@@ -218,7 +219,8 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
             extra += at_paper_sparsity("td3", env, ("rlx2-no-delay", "rlx2-no-buffer"))
         extra += at_paper_sparsity("td3", "Walker2d-v5", ("rlx2-no-delay", "rlx2-delay50k"))
         extra += at_paper_sparsity("td3", "Hopper-v5", ("rlx2-delay10", "rlx2-delay50k"))
-        extra += [Setting("td3", "Hopper-v5", steps, m, s) for s in SWEEP for m in ("rigl", "rlx2")]
+        extra += [Setting("td3", "Hopper-v5", steps, m, s) for s in SWEEP
+                  for m in ("rigl", "rlx2", "rlx2-no-delay")]
     elif plan == "table1":
         main = at_paper_sparsity("td3", "HalfCheetah-v5", ("dense", "tiny", "static", "set",
                                                            "rigl", "rlx2"))
