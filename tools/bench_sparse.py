@@ -12,12 +12,14 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
   Hopper-v5 (there, where RigL falls behind RLx2: which piece makes the gap), rlx2-no-delay on
   Walker2d-v5 (whether the delay is why RLx2 is short of dense there), and on Hopper-v5
   rlx2-delay10 (RLx2 with the 3-step target from 10% of the run, the paper's fraction, where
-  rlx2 waits half the run), and on Walker2d-v5 and Hopper-v5 rlx2-delay50k (the switch
-  at a fixed 50k steps); then the compression sweep on Hopper-v5, RigL, RLx2 and
-  rlx2-no-delay at 0.9/0.85, 0.95/0.9 and 0.98/0.95. The rlx2 rows (and rlx2-no-buffer's)
+  rlx2 waits half the run), and on Walker2d-v5 and Hopper-v5 rlx2-delay50k (the switch at a
+  fixed 50k steps); then the compression sweep on Hopper-v5, RigL, RLx2 and rlx2-no-delay at
+  0.9/0.85, 0.95/0.9 and 0.98/0.95; from 1M steps on, on Hopper-v5, rlx2-no-delay-no-buffer (the
+  default without its dynamic buffer) and dense-replay100k (dense with a replay of the buffer's
+  1e5 minimum): whether that window is RLx2's gap there. The rlx2 rows (and rlx2-no-buffer's)
   switch to 3-step targets at half the run, at most 300k: `--rlx2`'s default when their records
-  were made. Since 2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is
-  the default's row.
+  were made. Since 2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is the
+  default's row.
 - table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
   parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
 - sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2.
@@ -81,6 +83,10 @@ METHODS = {
     # a fixed 50k steps of 1-step targets: what the default gives a 100k run, where the delay
     # paid; at 300k the default's 150k cost (docs/sparse.md, "The delay at 100k")
     "rlx2-delay50k": ("--topology", "rigl", "--rlx2", "--nstep-delay", "50000"),
+    # the 1M question on Hopper: RLx2's replay held its 1e5 minimum from 100k steps to 1M
+    # (docs/sparse.md); the default without its dynamic buffer, and dense with that window
+    "rlx2-no-delay-no-buffer": ("--topology", "rigl", "--nstep", "3"),
+    "dense-replay100k": ("--replay-capacity", "100000"),
 }
 
 
@@ -221,6 +227,9 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
         extra += at_paper_sparsity("td3", "Hopper-v5", ("rlx2-delay10", "rlx2-delay50k"))
         extra += [Setting("td3", "Hopper-v5", steps, m, s) for s in SWEEP
                   for m in ("rigl", "rlx2", "rlx2-no-delay")]
+        if steps >= 1_000_000:  # where the replay's 1e5 window is a tenth of the data
+            extra += at_paper_sparsity("td3", "Hopper-v5", ("rlx2-no-delay-no-buffer",))
+            extra.append(Setting("td3", "Hopper-v5", steps, "dense-replay100k"))
     elif plan == "table1":
         main = at_paper_sparsity("td3", "HalfCheetah-v5", ("dense", "tiny", "static", "set",
                                                            "rigl", "rlx2"))
