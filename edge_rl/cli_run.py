@@ -47,7 +47,8 @@ RUN_OPTIONS = [
     click.option("--target-return", type=float,
                  help="Stop once the greedy evaluation reaches this."),
     click.option("--lockstep", is_flag=True, default=None,
-                 help="One actor, exact updates per transition: reproducible for a seed."),
+                 help="One actor, exact updates per transition: the same run for a seed "
+                      "on one kind of CPU."),
     click.option("--hidden", callback=parse_hidden, help="Hidden layer sizes, e.g. 256,256."),
     click.option("--learning-rate", type=float),
     click.option("--batch-size", type=int, help="Learner minibatch size."),

@@ -68,7 +68,7 @@ class TrainConfig:
     num_envs: int = 1  # env copies per actor, stepped with one batched inference
     batch_transitions: int = 64  # transitions per batch an actor sends
     max_in_flight: int = 4  # unacked batches per actor
-    lockstep: bool = False  # one actor, exact updates per transition: reproducible
+    lockstep: bool = False  # one actor, exact updates per transition: repeatable per CPU kind
 
     # learner (None: the algorithm's default)
     hidden: tuple[int, ...] | None = None
