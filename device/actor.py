@@ -31,7 +31,7 @@ from edge_rl.device.accounting import (
 )
 from edge_rl.device.client import LearnerClient
 from edge_rl.device.exploration import ExplorationSettings, Explorer
-from edge_rl.device.link import Link
+from edge_rl.device.link import BACKOFF_MAX, Link
 from edge_rl.device.observations import VECTOR
 from edge_rl.device.policy import Policy, load_published
 from edge_rl.device.rollout import Rollout
@@ -120,10 +120,11 @@ class Actor(Worker):
     """Acts in `num_envs` env copies and streams transitions to a learner until told to stop."""
 
     def __init__(self, client: LearnerClient, spool: Spool, max_steps: int | None = None,
-                 energy: ProcessEnergy | None = None):
+                 energy: ProcessEnergy | None = None, reconnect_max: float = BACKOFF_MAX):
         self.client = client
         self.spool = spool
         self.max_steps = max_steps
+        self.reconnect_max = reconnect_max
         self.runtime = load_runtime()
         client.runtime = str(self.runtime)
         self.hello = client.hello()
@@ -205,7 +206,7 @@ class Actor(Worker):
         puller = PolicyPuller(self.client, self.runtime, policy)
         window = 1 if hello.lockstep else max(1, hello.max_in_flight)
         link = Link(self.client, self.spool, window, hello.learner_session,
-                    on_version=puller.announce)
+                    on_version=puller.announce, max_backoff=self.reconnect_max)
         heartbeat = threading.Thread(target=self._heartbeats, args=(puller, link), daemon=True)
         heartbeat.start()
         explorer = Explorer(settings, policy.metadata, np.random.default_rng(hello.seed))
@@ -296,10 +297,12 @@ def run_actor(
     tls_ca: str | None = None,
     max_steps: int | None = None,
     cpu_watts: float | None = DEFAULT_CPU_WATTS,
+    reconnect_max: float = BACKOFF_MAX,
 ) -> None:
     """Join the learner at `learner` (HOST:PORT) and act until it says stop. With `cpu_watts`
     the actor reports its CPU seconds and their energy at that power per core with each
-    batch; None reports none (a local actor, whose learner counts its CPU itself)."""
+    batch; None reports none (a local actor, whose learner counts its CPU itself).
+    `reconnect_max` caps the wait, in seconds, between tries to reach a lost learner."""
     box = Spool(spool, int(spool_max_mb * 1e6))
     if actor_id is None:
         # an on-disk spool keeps its actor's id over restarts; a memory spool is per process
@@ -311,6 +314,7 @@ def run_actor(
     client = LearnerClient(learner, actor_id, time.time_ns(), token=token, tls_ca=tls_ca)
     try:
         energy = ProcessEnergy(cpu_watts) if cpu_watts is not None else None
-        Actor(client, box, max_steps=max_steps, energy=energy).run()
+        Actor(client, box, max_steps=max_steps, energy=energy,
+              reconnect_max=reconnect_max).run()
     finally:
         client.close()

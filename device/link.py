@@ -36,16 +36,17 @@ BACKOFF_MAX = 15.0
 DRAIN_SECONDS = 5.0
 
 
-def backoff(attempt: int, rng: random.Random) -> float:
-    """Seconds before retry `attempt` (0, 1, ...): doubling to BACKOFF_MAX, times 0.5-1.5 so a
-    fleet that lost its learner at once does not come back at once."""
-    return min(BACKOFF_MAX, BACKOFF_FIRST * 2**attempt) * rng.uniform(0.5, 1.5)
+def backoff(attempt: int, rng: random.Random, cap: float = BACKOFF_MAX) -> float:
+    """Seconds before retry `attempt` (0, 1, ...): doubling to `cap`, times 0.5-1.5 so a fleet
+    that lost its learner at once does not come back at once."""
+    return min(cap, BACKOFF_FIRST * 2**attempt) * rng.uniform(0.5, 1.5)
 
 
 class Link:
     def __init__(self, client: LearnerClient, spool: Spool, window: int, session: str,
-                 on_version=lambda version: None):
+                 on_version=lambda version: None, max_backoff: float = BACKOFF_MAX):
         self.client = client
+        self.max_backoff = max_backoff  # the longest wait between Hellos to a lost learner
         self.spool = spool
         self.window = max(1, window)
         self.session = session
@@ -214,7 +215,7 @@ class Link:
                 if err.code() in REFUSED:
                     raise UserError(f"learner at {self.client.address} refused: "
                                     f"{err.details()}") from None
-                delay = backoff(attempt, self._rng)
+                delay = backoff(attempt, self._rng, self.max_backoff)
                 log.debug("hello failed (%s); next try in %.1f s", err.code().name, delay)
                 attempt += 1
                 self._draining.wait(delay)

@@ -20,6 +20,10 @@ from edge_rl.device.accounting import DEFAULT_CPU_WATTS
 from edge_rl.device.bench import bench, echo_table
 from edge_rl.device.errors import PolicyFileError, UserError
 
+# edge_rl.device.link.BACKOFF_MAX, written out: importing the link here would load gRPC for
+# every command (tests/test_spool.py holds the two equal)
+RECONNECT_MAX = 15.0
+
 
 class TqdmHandler(logging.Handler):
     """Log lines printed above the progress bar instead of through it."""
@@ -205,18 +209,24 @@ def tf_agents_policy(data: bytes, previous: Any = None) -> Any:
 @click.option("--cpu-watts", type=float, default=DEFAULT_CPU_WATTS, show_default=True,
               help="Power per busy core for the energy this actor reports with its batches "
                    "(its CPU seconds times this; a Raspberry Pi 4 core is ~1.5 W).")
+@click.option("--reconnect-max", type=float, default=RECONNECT_MAX, show_default=True,
+              help="Longest wait in seconds between tries to reach a lost learner (the waits "
+                   "double from 0.5 s up to it, times a random 0.5-1.5).")
 @click.option("--print-systemd-unit", is_flag=True,
               help="Print a systemd unit that runs this actor at boot and restarts it, then "
                    "exit (see docs/raspberry-pi.md).")
 @click.option("--parent-pid", type=int, hidden=True)
 def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str | None,
           spool_max_mb: float, actor_id: str | None, max_steps: int | None,
-          cpu_watts: float, print_systemd_unit: bool, parent_pid: int | None) -> None:
+          cpu_watts: float, reconnect_max: float, print_systemd_unit: bool,
+          parent_pid: int | None) -> None:
     """Run one actor against a learner (device runtime only, no TensorFlow)."""
     if spool_max_mb <= 0:
         raise UserError("--spool-max-mb must be positive")
     if cpu_watts < 0:
         raise UserError("--cpu-watts must not be negative")
+    if reconnect_max <= 0:
+        raise UserError("--reconnect-max must be positive")
     if print_systemd_unit:
         from click.core import ParameterSource
 
@@ -226,7 +236,7 @@ def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str |
         ctx = click.get_current_context()
         args = []
         for name in ("learner", "token_file", "tls_ca", "spool", "spool_max_mb", "actor_id",
-                     "max_steps", "cpu_watts"):
+                     "max_steps", "cpu_watts", "reconnect_max"):
             value = ctx.params[name]
             if ctx.get_parameter_source(name) is ParameterSource.DEFAULT or value is None:
                 continue
@@ -247,7 +257,8 @@ def actor(learner: str, token_file: str | None, tls_ca: str | None, spool: str |
         # A local actor's CPU is its learner's child's: the learner counts it, not the actor.
         run_actor(learner, actor_id, spool=spool, spool_max_mb=spool_max_mb,
                   token=read_token(token_file), tls_ca=tls_ca, max_steps=max_steps,
-                  cpu_watts=None if parent_pid is not None else cpu_watts)
+                  cpu_watts=None if parent_pid is not None else cpu_watts,
+                  reconnect_max=reconnect_max)
     except KeyboardInterrupt:
         pass
 

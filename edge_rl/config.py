@@ -151,6 +151,9 @@ class TrainConfig:
         return {"actor": self.sparsity, "critic": critic}
 
     def validate(self) -> None:
+        """A one-line UserError for a setting no run can take. Fields still at None (the
+        algorithm's defaults, not yet resolved) pass, so a run checks its flags before
+        TensorFlow loads and again once resolved (edge_rl.loop.train.prepare)."""
         if self.actor_precision not in ACTOR_PRECISIONS:
             raise UserError(
                 f"--actor-precision must be one of {', '.join(ACTOR_PRECISIONS)}, "
@@ -168,7 +171,8 @@ class TrainConfig:
         positive = ["steps", "num_envs", "batch_transitions", "max_in_flight",
                     "publish_every", "eval_episodes", "replay_capacity", "nstep"]
         for name in positive:
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
         if self.max_update_lag < 0:
             raise UserError("--max-update-lag must not be negative")
@@ -191,7 +195,8 @@ class TrainConfig:
         if not 0.0 <= self.drop_fraction <= 1.0:
             raise UserError("--drop-fraction must be in [0, 1]")
         for name in ("topology_interval", "buffer_check_interval"):
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
         if self.buffer_threshold < 0:
             raise UserError("--buffer-threshold must not be negative")

@@ -129,3 +129,27 @@ def test_observations_no_kind_takes_are_refused_in_one_line(tmp_path):
     check_one_line_error(result, "is not supported")
     assert "(2, 42, 42, 3)" in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_flags_no_run_can_take_are_refused_before_tensorflow_loads():
+    """A typo in a flag is answered before the algorithm's import loads TensorFlow (seconds on
+    a small machine): the same one-line error, from the config's own check."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from edge_rl.config import TrainConfig\n"
+            "from edge_rl.device.errors import UserError\n"
+            "from edge_rl.loop.train import prepare\n"
+            "for bad in ({'steps': 0}, {'lockstep': True, 'actors': 2}, {'sparsity': 1.5}):\n"
+            "    try:\n"
+            "        prepare(TrainConfig(**bad))\n"
+            "    except UserError as err:\n"
+            "        print(err)\n"
+            "print('tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["--steps", "--lockstep", "--sparsity"]
+    assert lines[3] == "False", result.stdout

@@ -40,14 +40,14 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
     token_file, token = write_token(tmp_path)
     run = tmp_path / "run"
     # The resumed learner must not reach its budget before both actors are back and have
-    # delivered what they spooled while it was down. An actor retries with backoff (up to
-    # ~20 s after a short outage), so the learner must still be running ~25 s after its
-    # restart: one update per env step paces the actors to its update rate (~1-2k env steps/s
-    # here) through the acks, and 100k steps leave it ~30-60 s after the restart. At 0.05
-    # updates per step (60k steps) it ingested ~10k steps/s, finished in 5 s after a restart
-    # that now takes seconds, and one actor came back too late.
+    # delivered what they spooled while it was down. One update per env step paces the actors
+    # to its update rate through the acks: ~330 env steps/s on a slow 2-core machine, up to
+    # ~3k/s on a fast one. The actors retry at most 1 s apart (--reconnect-max; by default
+    # up to 22 s, and one came back 22 s after the restart that way), and their gRPC channel
+    # at most ~5 s apart, so they are back within ~6 s; the ~40k steps left after the restart
+    # at 10k keep the learner up >= 13 s on a fast machine, ~2 min on a slow one.
     learner_args = ["learner", "--env", "CartPole-v1", "--algo", "dqn", "--port", port,
-                    "--token-file", token_file, "--out", run, "--steps", 100_000, "--seed", 0,
+                    "--token-file", token_file, "--out", run, "--steps", 50_000, "--seed", 0,
                     "--updates-per-step", 1, "--batch-transitions", 32,
                     "--checkpoint-every", 4_000, "--eval-every", 10**9, "--eval-episodes", 2]
     spools = {"a": tmp_path / "spool-a", "b": tmp_path / "spool-b"}
@@ -55,7 +55,8 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
 
     def actor(name):
         return start(["actor", "--learner", f"127.0.0.1:{port}", "--token-file", token_file,
-                      "--spool", spools[name], "--actor-id", f"board-{name}"],
+                      "--spool", spools[name], "--actor-id", f"board-{name}",
+                      "--reconnect-max", 1],
                      tmp_path / f"{name}.log")
 
     learner = start(learner_args, logs[0])
@@ -102,8 +103,7 @@ def test_kills_and_restarts_lose_nothing_and_insert_nothing_twice(tmp_path):
             if all(len(spooled(spools[n])) >= 5 for n in "ab") else None,
             60, "the actors to spool while the learner is down", logs)
         learner = start(["learner", "--resume", "--out", run, "--port", port], logs[0])
-        # ~90k updates left: most of the test's 130-240 s here alone, over 330 s when the 2-core
-        # machine also ran a training job (CI beside the campaign, 2026-11-27): a wide margin
+        # ~40k updates left: ~2 min on a slow 2-core machine, more beside other work
         assert learner.wait(timeout=900) == 0, logs[0].read_text()[-3000:]
         for name in "ab":  # the learner's last heartbeats told them to stop
             assert actors[name].wait(timeout=30) == 0, logs[1 + "ab".index(name)].read_text()

@@ -79,3 +79,8 @@ def test_backoff_doubles_with_jitter_up_to_a_cap():
     assert 0.25 <= min(first) and max(first) <= 0.75 and max(first) - min(first) > 0.2
     assert all(backoff(20, rng) <= 1.5 * BACKOFF_MAX for _ in range(100))
     assert 0.5 * 4 <= backoff(3, rng) <= 1.5 * 4
+    # `edge-rl actor --reconnect-max` caps it lower, and its default is this cap
+    assert all(0.5 <= backoff(20, rng, cap=1.0) <= 1.5 for _ in range(100))
+    from edge_rl.cli import RECONNECT_MAX
+
+    assert RECONNECT_MAX == BACKOFF_MAX

@@ -50,6 +50,7 @@ PRIORITIZED_UPDATES_PER_SAMPLE = 4  # with prioritized replay: updates per draw
 
 def prepare(config: TrainConfig, resume: bool = False):
     """Check the request, fill in defaults; returns (config, factory, observations, action)."""
+    config.validate()  # the flags as given, before the algorithm's import loads TensorFlow
     factory = get_algorithm(config.algo)
     observation, action = describe_env(config.env)
     check_action_space(factory, config.env, action)
