@@ -61,7 +61,8 @@ WORKSTATION_COMMANDS = {
 }
 PI_COMMANDS = {
     "venv": "python3 -m venv ~/edge-rl",
-    "install": "~/edge-rl/bin/pip install --no-index --find-links ~/wheels 'edge-rl[mujoco]'",
+    "install": "~/edge-rl/bin/pip install --no-compile --no-index --find-links ~/wheels "
+               "'edge-rl[mujoco]'",
     "pip check": "~/edge-rl/bin/pip check",
     "eval": "~/edge-rl/bin/edge-rl eval cartpole-int8.tflite --episodes 20",
     "unit": "~/edge-rl/bin/edge-rl actor --learner 192.168.1.10:50051 --token-file ~/token "
