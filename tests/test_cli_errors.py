@@ -55,11 +55,14 @@ def check_one_line_error(result, fragment):
         (["actor", "--learner", "127.0.0.1:1", "--token-file", "/nonexistent/t"],
          "cannot read token file"),
         (["actor", "--learner", "127.0.0.1:1", "--spool-max-mb", "0"], "must be positive"),
+        (["actor", "--learner", "127.0.0.1:1", "--reconnect-max", "0"],
+         "--reconnect-max must be positive"),
         (["status", "127.0.0.1:1"], "UNAVAILABLE"),
     ],
 )
 def test_bad_requests(args, fragment, tmp_path):
-    check_one_line_error(edge_rl(*args, cwd=tmp_path), fragment)
+    # a request let through would run (an actor retries its learner for ever): fail it soon
+    check_one_line_error(edge_rl(*args, cwd=tmp_path, timeout=120), fragment)
 
 
 def test_export_of_a_run_without_an_evaluated_policy(tmp_path):
@@ -132,8 +135,9 @@ def test_observations_no_kind_takes_are_refused_in_one_line(tmp_path):
 
 
 def test_flags_no_run_can_take_are_refused_before_tensorflow_loads():
-    """A typo in a flag is answered before the algorithm's import loads TensorFlow (seconds on
-    a small machine): the same one-line error, from the config's own check."""
+    """A typo in a flag or an env id is answered before the algorithm's import loads
+    TensorFlow (seconds on a small machine): the same one-line error, from the config's own
+    check or the env's."""
     import subprocess
     import sys
 
@@ -141,7 +145,8 @@ def test_flags_no_run_can_take_are_refused_before_tensorflow_loads():
             "from edge_rl.config import TrainConfig\n"
             "from edge_rl.device.errors import UserError\n"
             "from edge_rl.loop.train import prepare\n"
-            "for bad in ({'steps': 0}, {'lockstep': True, 'actors': 2}, {'sparsity': 1.5}):\n"
+            "for bad in ({'steps': 0}, {'lockstep': True, 'actors': 2}, {'sparsity': 1.5},\n"
+            "            {'env': 'CartPol-v1'}):\n"
             "    try:\n"
             "        prepare(TrainConfig(**bad))\n"
             "    except UserError as err:\n"
@@ -152,4 +157,5 @@ def test_flags_no_run_can_take_are_refused_before_tensorflow_loads():
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert [line.split()[0] for line in lines[:3]] == ["--steps", "--lockstep", "--sparsity"]
-    assert lines[3] == "False", result.stdout
+    assert lines[3].startswith("cannot make env 'CartPol-v1'"), result.stdout
+    assert lines[4] == "False", result.stdout

@@ -50,9 +50,11 @@ PRIORITIZED_UPDATES_PER_SAMPLE = 4  # with prioritized replay: updates per draw
 
 def prepare(config: TrainConfig, resume: bool = False):
     """Check the request, fill in defaults; returns (config, factory, observations, action)."""
-    config.validate()  # the flags as given, before the algorithm's import loads TensorFlow
-    factory = get_algorithm(config.algo)
+    # the flags as given and the env, before the algorithm's import loads TensorFlow: a
+    # mistyped flag or env id is answered in a second, not after TensorFlow's ~5 s import
+    config.validate()
     observation, action = describe_env(config.env)
+    factory = get_algorithm(config.algo)
     check_action_space(factory, config.env, action)
     config = resolve_defaults(factory, config, observation, action)
     config.validate()
