@@ -20,30 +20,16 @@ def check_one_line_error(result, fragment):
         (["train", "--env", "NoSuchEnv-v0"], "cannot make env 'NoSuchEnv-v0'"),
         (["train", "--env", "no_such_package.envs:Thing-v0"], "cannot make env"),
         (["train", "--algo", "td3"], "td3 cannot drive CartPole-v1"),
-        (["train", "--algo", "dqn", "--env", "Pendulum-v1"], "dqn cannot drive Pendulum-v1"),
         (["train", "--algo", "ppo"], "unknown algorithm 'ppo'"),
         (["train", "--steps", "0"], "--steps must be positive"),
         (["train", "--lockstep", "--actors", "2"], "--lockstep runs exactly one actor"),
         (["train", "--resume"], "--resume needs --out"),
         (["train", "--config", "/nonexistent/config.json"], "no config file"),
-        (["train", "--no-such-flag"], "No such option"),
         # an algorithm's own options: declared, typed and checked by the algorithm
         (["train", "--algo", "td3", "--env", "Pendulum-v1", "--atoms", "5"],
          "No such option: --atoms (td3's own options: --tau"),
-        (["train", "--algo", "d4pg", "--env", "Pendulum-v1", "--atoms", "1"],
-         "--atoms must be an integer >= 2"),
-        (["train", "--algo", "d4pg", "--env", "Pendulum-v1", "--v-min", "abc"],
-         "--v-min takes float, not 'abc'"),
-        (["train", "--epsilon-end", "2"], "--epsilon-start and --epsilon-end must be in [0, 1]"),
-        (["train", "--algo", "sac", "--env", "Pendulum-v1", "--actor-precision", "tf-fp32"],
-         "cannot run sac's policy"),
-        (["train", "--algo", "td3", "--env", "Pendulum-v1", "--replay-priority", "0.6"],
-         "--replay-priority needs TD errors from the updates, which td3 does not report"),
         (["train", "--replay-priority", "-1"], "--replay-priority must be in [0, 1]"),
         (["train", "--sparsity", "1.5"], "--sparsity must be in [0, 1)"),
-        (["train", "--topology", "set"], "--topology set needs --sparsity"),
-        (["train", "--topology", "dense", "--sparsity", "0.9"], "trains dense networks"),
-        (["train", "--tiny"], "--tiny needs --sparsity"),
         (["train", "--sparsity", "0.9", "--drop-fraction", "2"], "--drop-fraction must be"),
         (["export", "/nonexistent/run", "--int8"], "no run directory"),
         (["eval", "/nonexistent/policy.tflite"], "no policy file"),
@@ -63,6 +49,67 @@ def check_one_line_error(result, fragment):
 def test_bad_requests(args, fragment, tmp_path):
     # a request let through would run (an actor retries its learner for ever): fail it soon
     check_one_line_error(edge_rl(*args, cwd=tmp_path, timeout=120), fragment)
+
+
+# Requests only the algorithm can answer: each loads TensorFlow (~5 s of CPU time on a small
+# machine) before its error. The two above of this kind run in processes of their own, which
+# shows that TensorFlow's import leaves the error one line; these run through the same entry
+# point, edge_rl.cli.main, one after another in one process.
+ANSWERED_BY_THE_ALGORITHM = [
+    (["train", "--algo", "dqn", "--env", "Pendulum-v1"], "dqn cannot drive Pendulum-v1"),
+    (["train", "--no-such-flag"], "No such option"),
+    (["train", "--algo", "d4pg", "--env", "Pendulum-v1", "--atoms", "1"],
+     "--atoms must be an integer >= 2"),
+    (["train", "--algo", "d4pg", "--env", "Pendulum-v1", "--v-min", "abc"],
+     "--v-min takes float, not 'abc'"),
+    (["train", "--epsilon-end", "2"], "--epsilon-start and --epsilon-end must be in [0, 1]"),
+    (["train", "--algo", "sac", "--env", "Pendulum-v1", "--actor-precision", "tf-fp32"],
+     "cannot run sac's policy"),
+    (["train", "--algo", "td3", "--env", "Pendulum-v1", "--replay-priority", "0.6"],
+     "--replay-priority needs TD errors from the updates, which td3 does not report"),
+    (["train", "--topology", "set"], "--topology set needs --sparsity"),
+    (["train", "--topology", "dense", "--sparsity", "0.9"], "trains dense networks"),
+    (["train", "--tiny"], "--tiny needs --sparsity"),
+]
+ONE_PROCESS = """
+import contextlib, io, json, sys
+from edge_rl.cli import main
+answers = []
+for args in json.loads(sys.argv[1]):
+    sys.argv, stderr, code = ["edge-rl", *args], io.StringIO(), 0
+    with contextlib.redirect_stderr(stderr):
+        try:
+            main()
+        except SystemExit as done:
+            code = done.code
+    answers.append([code, stderr.getvalue()])
+print(json.dumps(answers))
+"""
+
+
+@pytest.fixture(scope="module")
+def algorithm_answers(tmp_path_factory) -> list:
+    """(exit code, stderr) of each request of ANSWERED_BY_THE_ALGORITHM, in one process; a
+    request let through would train there, so the process gets little time."""
+    import json
+    import subprocess
+    import sys
+
+    requests = json.dumps([args for args, _ in ANSWERED_BY_THE_ALGORITHM])
+    done = subprocess.run([sys.executable, "-c", ONE_PROCESS, requests], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path_factory.mktemp("requests"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(ANSWERED_BY_THE_ALGORITHM)),
+                         ids=[fragment for _, fragment in ANSWERED_BY_THE_ALGORITHM])
+def test_bad_requests_the_algorithm_answers(case, algorithm_answers):
+    from types import SimpleNamespace
+
+    code, stderr = algorithm_answers[case]
+    fragment = ANSWERED_BY_THE_ALGORITHM[case][1]
+    check_one_line_error(SimpleNamespace(returncode=code, stderr=stderr), fragment)
 
 
 def test_export_of_a_run_without_an_evaluated_policy(tmp_path):
@@ -159,3 +206,33 @@ def test_flags_no_run_can_take_are_refused_before_tensorflow_loads():
     assert [line.split()[0] for line in lines[:3]] == ["--steps", "--lockstep", "--sparsity"]
     assert lines[3].startswith("cannot make env 'CartPol-v1'"), result.stdout
     assert lines[4] == "False", result.stdout
+
+
+# Fields whose None a resolved run keeps, because None means something there (no target, no
+# token file, the critic as the actor, the world-average grid, no RLx2 delay without --rlx2,
+# ...). Any other field at None would be skipped by validate() after resolution too: a new field
+# must be resolved or listed.
+NONE_MEANS_SOMETHING = {"out", "target_return", "token_file", "tls_cert", "tls_key",
+                        "critic_sparsity", "critic_hidden", "country", "nstep_delay"}
+
+
+@pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("td3", "Pendulum-v1"),
+                                       ("sac", "Pendulum-v1"), ("d4pg", "Pendulum-v1")])
+@pytest.mark.parametrize("rlx2", [False, True])
+def test_resolution_leaves_no_field_for_validate_to_skip(algo, env, rlx2):
+    """validate() passes fields at None (before the algorithm's defaults are known); once
+    resolved, only fields whose None is a setting may still be None, so the second call checks
+    every other one."""
+    import dataclasses
+
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+    from edge_rl.config import TrainConfig
+    from edge_rl.device.envs import describe_env
+
+    observation, action = describe_env(env)
+    given = TrainConfig(env=env, algo=algo, rlx2=rlx2, sparsity=0.9 if rlx2 else 0.0)
+    config = resolve_defaults(get_algorithm(algo), given, observation, action)
+    config.validate()
+    still_none = {f.name for f in dataclasses.fields(config) if getattr(config, f.name) is None}
+    assert still_none <= NONE_MEANS_SOMETHING, still_none - NONE_MEANS_SOMETHING
