@@ -71,17 +71,26 @@ ANSWERED_BY_THE_ALGORITHM = [
     (["train", "--topology", "dense", "--sparsity", "0.9"], "trains dense networks"),
     (["train", "--tiny"], "--tiny needs --sparsity"),
 ]
+# A request let through would train: after LET_THROUGH_SECONDS it gets a Ctrl-C (the run stops
+# as a user's would), and only its own case fails.
+LET_THROUGH_SECONDS = 60
 ONE_PROCESS = """
-import contextlib, io, json, sys
+import contextlib, io, json, signal, sys
 from edge_rl.cli import main
-answers = []
-for args in json.loads(sys.argv[1]):
+signal.signal(signal.SIGALRM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+requests, seconds, answers = json.loads(sys.argv[1]), int(sys.argv[2]), []
+for args in requests:
     sys.argv, stderr, code = ["edge-rl", *args], io.StringIO(), 0
     with contextlib.redirect_stderr(stderr):
+        signal.alarm(seconds)
         try:
             main()
         except SystemExit as done:
             code = done.code
+        except KeyboardInterrupt:
+            code = "let through, stopped by Ctrl-C"
+        finally:
+            signal.alarm(0)
     answers.append([code, stderr.getvalue()])
 print(json.dumps(answers))
 """
@@ -89,15 +98,15 @@ print(json.dumps(answers))
 
 @pytest.fixture(scope="module")
 def algorithm_answers(tmp_path_factory) -> list:
-    """(exit code, stderr) of each request of ANSWERED_BY_THE_ALGORITHM, in one process; a
-    request let through would train there, so the process gets little time."""
+    """(exit code, stderr) of each request of ANSWERED_BY_THE_ALGORITHM, in one process."""
     import json
     import subprocess
     import sys
 
     requests = json.dumps([args for args, _ in ANSWERED_BY_THE_ALGORITHM])
-    done = subprocess.run([sys.executable, "-c", ONE_PROCESS, requests], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path_factory.mktemp("requests"))
+    done = subprocess.run([sys.executable, "-c", ONE_PROCESS, requests, str(LET_THROUGH_SECONDS)],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path_factory.mktemp("requests"))
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
 
