@@ -44,12 +44,14 @@ def test_campaign_plan_resume_states_and_ultimate_compression(tmp_path):
     assert "td3-Walker2d-v5-300k/rlx2-delay50k-a97c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-no-buffer-a98c95-s1" in plan
     assert "td3-Hopper-v5-300k/rlx2-a98c95-s1" in plan  # the paper's Hopper sparsity
-    assert "no-delay-no-buffer" not in plan and "replay100k" not in plan  # 1M's, below
+    # the 1M rows (below)
+    assert not any(row in plan for row in ("no-delay-no-buffer", "replay100k", "nstep3"))
     long = subprocess.run([*command, "--steps", "1000000", "--dry-run"], check=True,
                           capture_output=True, text=True).stdout
-    assert "50 runs, 50 to do" in long  # the same 46, and 2 more per seed on Hopper
+    assert "52 runs, 52 to do" in long  # the same 46, and 3 more per seed on Hopper
     assert "td3-Hopper-v5-1000k/rlx2-no-delay-no-buffer-a98c95-s1" in long
     assert "td3-Hopper-v5-1000k/dense-replay100k-s1" in long
+    assert "td3-Hopper-v5-1000k/dense-nstep3-s1" in long
 
     hopper = out / "td3-Hopper-v5-300k"
     dense = 1_000_000
@@ -186,6 +188,7 @@ def test_each_rlx2_row_names_the_delay_its_records_ran_with(monkeypatch):
     runs = {r.run_dir.name: r for r in driver.plan_runs("campaign", 1_000_000, [0], Path("o"))}
     assert "--dynamic-buffer" not in runs["rlx2-no-delay-no-buffer-a98c95-s0"].setting.flags()
     assert runs["dense-replay100k-s0"].setting.flags() == ["--replay-capacity", "100000"]
+    assert runs["dense-nstep3-s0"].setting.flags() == ["--nstep", "3"]
 
 
 def test_second_half_mean_beside_the_score_in_the_pace_and_compression_tables(monkeypatch):

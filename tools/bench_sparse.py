@@ -16,7 +16,8 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
   fixed 50k steps); then the compression sweep on Hopper-v5, RigL, RLx2 and rlx2-no-delay at
   0.9/0.85, 0.95/0.9 and 0.98/0.95; from 1M steps on, on Hopper-v5, rlx2-no-delay-no-buffer (the
   default without its dynamic buffer) and dense-replay100k (dense with a replay of the buffer's
-  1e5 minimum): whether that window is RLx2's gap there. The rlx2 rows (and rlx2-no-buffer's)
+  1e5 minimum): whether that window is RLx2's gap there; then dense-nstep3 (dense with RLx2's
+  3-step target): whether that target is. The rlx2 rows (and rlx2-no-buffer's)
   switch to 3-step targets at half the run, at most 300k: `--rlx2`'s default when their records
   were made. Since 2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is the
   default's row.
@@ -87,6 +88,9 @@ METHODS = {
     # (docs/sparse.md); the default without its dynamic buffer, and dense with that window
     "rlx2-no-delay-no-buffer": ("--topology", "rigl", "--nstep", "3"),
     "dense-replay100k": ("--replay-capacity", "100000"),
+    # the next 1M question on Hopper: whether the 3-step target, which the default uses from the
+    # first step, is what holds it below dense there; dense with that target
+    "dense-nstep3": ("--nstep", "3"),
 }
 
 
@@ -230,6 +234,7 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
         if steps >= 1_000_000:  # where the replay's 1e5 window is a tenth of the data
             extra += at_paper_sparsity("td3", "Hopper-v5", ("rlx2-no-delay-no-buffer",))
             extra.append(Setting("td3", "Hopper-v5", steps, "dense-replay100k"))
+            extra.append(Setting("td3", "Hopper-v5", steps, "dense-nstep3"))
     elif plan == "table1":
         main = at_paper_sparsity("td3", "HalfCheetah-v5", ("dense", "tiny", "static", "set",
                                                            "rigl", "rlx2"))
