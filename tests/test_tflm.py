@@ -251,15 +251,24 @@ def test_tflite_micro_matches_litert_on_random_observations(net, features, files
     step = tflm.output_step(flat)
     assert step > 0
     assert micro.shape == lite.shape == (64, 1, DQN_META.action["n"] if net == "dqn" else 1)
-    assert np.abs(micro - lite).max() <= step * 1.0001
-    # mostly the same to float rounding; where the two runtimes' int8 kernels round a hidden
-    # unit one level apart (6% of rows for the TD3 net), the float output stage shows it
-    assert np.mean(np.isclose(micro, lite, rtol=1e-5, atol=1e-6)) > 0.85
-    assert compare_with_litert(flat) <= 1.0
+    # the same kernels on both sides: only the float output stage's summation order may
+    # differ, far under a hidden unit rounded one level apart (~0.1-0.5 of a step; 6% of rows
+    # for the TD3 net against LiteRT's XNNPACK delegate)
+    assert np.abs(micro - lite).max() <= 0.01 * step
+    assert compare_with_litert(flat) <= 0.01
 
 
 def test_an_integer_file_matches_litert_in_its_own_units(files):
-    assert compare_with_litert(files["edgetpu"]) <= 1.0
+    assert compare_with_litert(files["edgetpu"]) == 0.0
+
+
+def test_a_file_xnnpack_rounds_apart_is_compared_with_tflites_own_kernels():
+    """A DQN file for 16x16 frames from a free-running CI run (uint8 frames in, float Q-values
+    out): LiteRT's default XNNPACK delegate rounds some int8 units one level apart from
+    TFLite's kernels, 1.02 output steps on the comparison's inputs, and its TFLM export was
+    refused. TFLM runs it as LiteRT's built-in kernels do."""
+    flat = (Path(__file__).parent / "data" / "tflm" / "brightpatch-dqn-int8.tflite").read_bytes()
+    assert compare_with_litert(flat) <= 0.01
 
 
 def test_outputs_that_differ_from_litert_are_refused(files, monkeypatch):
