@@ -23,7 +23,8 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
   default's row.
 - table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
   parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
-- sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2.
+- sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2 (3-step targets from
+  half the run) and rlx2-no-delay (`--rlx2`'s default since 2026-11-27).
 
 Runs go seed by seed, so a slice of the work already compares methods. Each finished run's
 int8 policy is exported (dense also in fp32, the size baseline). Finished runs are skipped,
@@ -239,7 +240,8 @@ def plan_runs(plan: str, steps: int, seeds: list[int], out: Path,
         main = at_paper_sparsity("td3", "HalfCheetah-v5", ("dense", "tiny", "static", "set",
                                                            "rigl", "rlx2"))
     elif plan == "sac":
-        main = at_paper_sparsity("sac", "HalfCheetah-v5", ("dense", "rigl", "rlx2"))
+        main = at_paper_sparsity("sac", "HalfCheetah-v5",
+                                  ("dense", "rigl", "rlx2", "rlx2-no-delay"))
     else:
         raise SystemExit(f"unknown plan {plan!r}")
     runs: list[Run] = []
