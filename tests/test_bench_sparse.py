@@ -189,6 +189,13 @@ def test_each_rlx2_row_names_the_delay_its_records_ran_with(monkeypatch):
     assert "--dynamic-buffer" not in runs["rlx2-no-delay-no-buffer-a98c95-s0"].setting.flags()
     assert runs["dense-replay100k-s0"].setting.flags() == ["--replay-capacity", "100000"]
     assert runs["dense-nstep3-s0"].setting.flags() == ["--nstep", "3"]
+    # SAC's plan: the old default's row (half the run) and today's (no delay) side by side
+    sac = {r.run_dir.name: r for r in driver.plan_runs("sac", 300_000, [0], Path("o"))}
+    assert sorted(sac) == ["dense-s0", "rigl-a90c80-s0", "rlx2-a90c80-s0",
+                           "rlx2-no-delay-a90c80-s0"]
+    assert "150000" in sac["rlx2-a90c80-s0"].setting.flags()
+    today = sac["rlx2-no-delay-a90c80-s0"].setting.flags()
+    assert "--nstep-delay" not in today and "--dynamic-buffer" in today
 
 
 def test_second_half_mean_beside_the_score_in_the_pace_and_compression_tables(monkeypatch):
