@@ -301,7 +301,10 @@ def litert_outputs(model_bytes: bytes, inputs: np.ndarray) -> np.ndarray:
     delegate is off here because it requantizes int8 its own way, one level apart from
     TFLite's kernels on some units, which a float output stage can show as just over one
     output step (1.02 on a BrightPatch DQN file); against the built-in kernels TFLM's outputs
-    matched to 1e-4 of a step on each of 18 int8 files tried."""
+    matched to 1e-4 of a step on each of 18 int8 files tried. That is on x86, where the export
+    runs (tflite-micro ships no aarch64 wheel) and where ai-edge-litert 1.4 and 2.3 give the
+    same outputs to the bit; on arm64 the built-in kernels round some units apart from x86's
+    (docs/microcontrollers.md)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     interpreter = Interpreter(
