@@ -34,6 +34,29 @@ def learning_rate_schedule(config: TrainConfig):
         config.learning_rate, updates, config.learning_rate * end_fraction)
 
 
+class AdvantageLearningDdqnAgent(dqn_agent.DdqnAgent):
+    """TF-Agents' double DQN with the advantage-learning operator (Baird, 1999; Bellemare et
+    al., 2016, "Increasing the Action Gap"): each target is lowered by
+    alpha * (max_b Q_target(s, b) - Q_target(s, a)), which leaves the greedy action's value and
+    widens the gaps to the others by 1 / (1 - alpha). alpha 0 is plain double DQN."""
+
+    def __init__(self, *args, action_gap: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._action_gap = action_gap
+
+    def _compute_q_values(self, time_steps, actions, training=False):
+        q_values = super()._compute_q_values(time_steps, actions, training=training)
+        if self._action_gap == 0.0:
+            return q_values
+        # Lowering the target by the gap is, in the TD error, raising the prediction by it; the
+        # gap comes from the target network, so no gradient flows through it.
+        target_q_values, _ = self._target_q_network(time_steps.observation,
+                                                    step_type=time_steps.step_type)
+        gap = tf.reduce_max(target_q_values, axis=-1) - common.index_with_actions(
+            target_q_values, tf.cast(actions, tf.int32))
+        return q_values + self._action_gap * tf.stop_gradient(gap)
+
+
 class DQN:
     name = "dqn"
     action_kinds = frozenset({"discrete"})
@@ -95,10 +118,15 @@ class DQN:
                  "the run's updates (1: constant).")
         gradient_clipping: float | None = option(
             None, "Clip the gradients' global norm to this (none: no clipping).")
+        action_gap: float = option(
+            0.0, "Advantage learning's alpha in [0, 1): widen the gaps between actions' values "
+                 "(0: plain double DQN).")
 
         def __post_init__(self):
             if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
                 raise UserError("--epsilon-start and --epsilon-end must be in [0, 1]")
+            if not 0.0 <= self.action_gap < 1.0:
+                raise UserError("--action-gap must be in [0, 1)")
             if self.target_update_period < 1 or not 0.0 < self.target_update_tau <= 1.0:
                 raise UserError("--target-update-period must be >= 1 and "
                                 "--target-update-tau in (0, 1]")
@@ -108,7 +136,7 @@ class DQN:
         net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,
                               config.is_sparse, observation=observation)
         optimizer = MaskedAdam(learning_rate=learning_rate_schedule(config))
-        agent = dqn_agent.DdqnAgent(
+        agent = AdvantageLearningDdqnAgent(
             time_step_spec,
             action_spec,
             q_network=net,
@@ -119,6 +147,7 @@ class DQN:
             gradient_clipping=config.algo_options["gradient_clipping"],
             gamma=config.gamma,
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
+            action_gap=config.algo_options["action_gap"],
         )
         agent.initialize()
         # Actors get the centered advantages A - mean(A): same argmax as Q, but on the scale
@@ -126,8 +155,10 @@ class DQN:
         advantages = export_model(observation, net.greedy_layers)
         # One network, exported to the actors, so the actor's sparsity applies. Forward: the
         # online network on both observations (double Q) and the target; backward: the loss.
+        # (advantage learning: the target also on the first observation)
+        forward_passes = 4 if config.algo_options["action_gap"] else 3
         groups = [SparseGroup("q", "actor", [net], [agent._target_q_network], optimizer,
-                              passes=(3, 1))]
+                              passes=(forward_passes, 1))]
 
         def losses(experience):
             # gamma given: DqnAgent.loss would otherwise discount by its _loss's default, 1.0
