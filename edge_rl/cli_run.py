@@ -97,8 +97,8 @@ RUN_OPTIONS = [
     click.option("--delayed-nstep", is_flag=True, default=None,
                  help="1-step TD targets until --nstep-delay, then --nstep (default 3)."),
     click.option("--nstep-delay", type=int,
-                 help="Env steps of 1-step targets.  [default: 0; 300000 (RLx2's) from "
-                      "--steps 3000000]"),
+                 help="Env steps of 1-step targets.  [default: 0 (SAC: half of --steps); "
+                      "300000 (RLx2's) from --steps 3000000]"),
     click.option("--dynamic-buffer", is_flag=True, default=None,
                  help="Drop the oldest 10% of replay when it is too off-policy."),
     click.option("--buffer-check-interval", type=int,

@@ -118,7 +118,7 @@ class TrainConfig:
     # RLx2 value learning (--rlx2 turns on both)
     rlx2: bool = False
     delayed_nstep: bool = False  # n = 1 until nstep_delay env steps, then nstep
-    nstep_delay: int | None = None  # None: 0 below 3M steps, then RLx2's 300k
+    nstep_delay: int | None = None  # None: 0 below 3M steps (SAC: half the run), then 300k
     dynamic_buffer: bool = False  # shrink replay when its oldest data is off-policy
     buffer_check_interval: int | None = None  # env steps between checks; None: steps / 300
     buffer_threshold: float = 0.2  # policy distance above which the oldest 10% go

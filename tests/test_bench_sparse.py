@@ -183,7 +183,7 @@ def test_each_rlx2_row_names_the_delay_its_records_ran_with(monkeypatch):
     assert delay("rlx2-a98c95-s0", 300_000) == "150000"
     assert delay("rlx2-no-buffer-a98c95-s0", 300_000) == "150000"
     assert delay("rlx2-a98c95-s0", 1_000_000) == "300000"
-    assert delay("rlx2-no-delay-a98c95-s0", 300_000) is None  # --rlx2's default below 3M: none
+    assert delay("rlx2-no-delay-a98c95-s0", 300_000) is None  # TD3's --rlx2 default below 3M
     assert delay("rlx2-no-delay-no-buffer-a98c95-s0", 1_000_000) is None
     runs = {r.run_dir.name: r for r in driver.plan_runs("campaign", 1_000_000, [0], Path("o"))}
     assert "--dynamic-buffer" not in runs["rlx2-no-delay-no-buffer-a98c95-s0"].setting.flags()

@@ -144,3 +144,19 @@ def test_rlx2_uses_nstep_targets_from_the_start_below_the_papers_3m_steps():
     assert delay(rlx2=True, steps=3_000_000) == (3, 300_000)  # the paper's, at its budget
     assert delay(delayed_nstep=True, steps=5_000_000) == (3, 300_000)
     assert delay(rlx2=True, steps=100_000, nstep_delay=10_000) == (3, 10_000)
+
+
+def test_rlx2_with_sac_waits_half_the_run_below_the_papers_3m_steps():
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+
+    def delay(**given):
+        config = resolve_defaults(get_algorithm("sac"), TrainConfig(
+            algo="sac", env="HalfCheetah-v5", **given))
+        return config.nstep, config.nstep_delay
+
+    assert delay(rlx2=True, steps=100_000) == (3, 50_000)
+    assert delay(rlx2=True, steps=300_000) == (3, 150_000)
+    assert delay(rlx2=True, steps=1_000_000) == (3, 300_000)
+    assert delay(rlx2=True, steps=3_000_000) == (3, 300_000)
+    assert delay(rlx2=True, steps=300_000, nstep_delay=0) == (3, 0)

@@ -19,12 +19,14 @@ Plans (one run per setting and seed; run names say algo, env, method, sparsity a
   1e5 minimum): whether that window is RLx2's gap there; then dense-nstep3 (dense with RLx2's
   3-step target): whether that target is. The rlx2 rows (and rlx2-no-buffer's)
   switch to 3-step targets at half the run, at most 300k: `--rlx2`'s default when their records
-  were made. Since 2026-11-27 `--rlx2` itself does not wait below 3M steps: rlx2-no-delay is the
-  default's row.
+  were made. Since 2026-11-27 `--rlx2` itself does not wait below 3M steps with TD3:
+  rlx2-no-delay is TD3's default's row; with SAC it waits half the run again since 2026-12-04,
+  so the rlx2 row is SAC's default's.
 - table1: RLx2's Table 1 methods on HalfCheetah-v5 at 0.9/0.85: dense, tiny (dense, as many
   parameters as the sparse nets), static (a fixed random mask), SET, RigL, RLx2.
 - sac: SAC on HalfCheetah-v5 at the paper's 0.9/0.8: dense, RigL, RLx2 (3-step targets from
-  half the run) and rlx2-no-delay (`--rlx2`'s default since 2026-11-27).
+  half the run: `--rlx2`'s default with SAC) and rlx2-no-delay (3-step targets from the start,
+  SAC's default from 2026-11-27 to 2026-12-04).
 
 Runs go seed by seed, so a slice of the work already compares methods. Each finished run's
 int8 policy is exported (dense also in fp32, the size baseline). Finished runs are skipped,
