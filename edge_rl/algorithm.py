@@ -200,7 +200,7 @@ PAPER_NSTEP_DELAY = 300_000
 WAITING_ALGORITHMS = frozenset({"sac"})  # wait half the run below 3M steps
 
 
-def rlx2_nstep_delay(steps: int, algo: str = "td3") -> int:
+def rlx2_nstep_delay(steps: int, algo: str) -> int:
     """Env steps of 1-step targets before the n-step ones: the paper's 300k from its 3M steps;
     below that none, but half the run for SAC."""
     if steps >= PAPER_STEPS:
