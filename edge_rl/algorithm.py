@@ -200,12 +200,18 @@ PAPER_NSTEP_DELAY = 300_000
 WAITING_ALGORITHMS = frozenset({"sac"})  # wait half the run below 3M steps
 
 
+def half_run_nstep_delay(steps: int) -> int:
+    """Half the run, at most the paper's 300k: SAC's delay, and every algorithm's until
+    2026-11-27 (what the campaign's rlx2 rows run with)."""
+    return min(PAPER_NSTEP_DELAY, steps // 2)
+
+
 def rlx2_nstep_delay(steps: int, algo: str) -> int:
     """Env steps of 1-step targets before the n-step ones: the paper's 300k from its 3M steps;
     below that none, but half the run for SAC."""
     if steps >= PAPER_STEPS:
         return PAPER_NSTEP_DELAY
-    return min(PAPER_NSTEP_DELAY, steps // 2) if algo in WAITING_ALGORITHMS else 0
+    return half_run_nstep_delay(steps) if algo in WAITING_ALGORITHMS else 0
 
 
 def rlx2_replay_budget(steps: int, buffer_min: int | None = None) -> dict[str, int]:

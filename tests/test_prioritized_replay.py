@@ -125,7 +125,7 @@ def test_a_uniform_replay_checkpoint_resumes_with_even_priorities(tmp_path):
     assert counts.min() > 850
 
 
-def dqn_learner():
+def dqn_learner(**algo_options):
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
@@ -133,11 +133,12 @@ def dqn_learner():
     from edge_rl.loop.learner import Learner
     from edge_rl.tf_setup import tf
 
-    tf.keras.utils.set_random_seed(0)
+    tf.keras.utils.set_random_seed(0)  # the same initial weights on every call
     specs = (vector((4,)), {"kind": "discrete", "n": 2})
     factory = get_algorithm("dqn")
     config = resolve_defaults(factory, TrainConfig(steps=10_000, batch_size=8,
-                                                   replay_priority=ALPHA), *specs)
+                                                   replay_priority=ALPHA,
+                                                   algo_options=algo_options), *specs)
     return Learner(factory, config, *specs)
 
 

@@ -71,6 +71,8 @@ from resumable import (
     slug,
 )
 
+from edge_rl.algorithm import half_run_nstep_delay
+
 log = logging.getLogger("bench_sparse")
 
 METHODS = {
@@ -95,13 +97,6 @@ METHODS = {
     # first step, is what holds it below dense there; dense with that target
     "dense-nstep3": ("--nstep", "3"),
 }
-
-
-def campaign_nstep_delay(steps: int) -> int:
-    """The delay the campaign's RLx2 rows run with: half the run, at most the paper's 300k.
-    It was `--rlx2`'s default when their records were made (until 2026-11-27); edge-rl's
-    default is now none below 3M steps, what the rlx2-no-delay rows run."""
-    return min(300_000, steps // 2)
 
 
 SWEEP = ((0.9, 0.85), (0.95, 0.9), (0.98, 0.95))  # the compression sweep's (actor, critic)
@@ -130,7 +125,9 @@ class Setting:
         if self.method == "rlx2-delay10":
             flags += ["--nstep-delay", str(self.steps // 10)]
         elif self.method in ("rlx2", "rlx2-no-buffer"):
-            flags += ["--nstep-delay", str(campaign_nstep_delay(self.steps))]
+            # `--rlx2`'s default when their records were made (until 2026-11-27); with TD3
+            # it is now none below 3M steps, what the rlx2-no-delay rows run
+            flags += ["--nstep-delay", str(half_run_nstep_delay(self.steps))]
         if self.sparsity is not None:
             flags += ["--sparsity", str(self.sparsity[0]),
                       "--critic-sparsity", str(self.sparsity[1])]
