@@ -43,7 +43,7 @@ def learner(**config_options):
 
 
 def project(targets, probabilities, support=(-2.0, -1.0, 0.0, 1.0, 2.0)):
-    from edge_rl.agents.d4pg import project_onto_support
+    from edge_rl.agents.parts.categorical import project_onto_support
     from edge_rl.tf_setup import tf
 
     return project_onto_support(tf.constant([targets], tf.float32),
@@ -74,7 +74,7 @@ def test_projection_puts_mass_outside_the_support_on_the_end_atoms():
 
 
 def test_terminal_and_truncated_transitions():
-    from edge_rl.agents.d4pg import project_onto_support
+    from edge_rl.agents.parts.categorical import project_onto_support
     from edge_rl.tf_setup import tf
 
     agent = build(gamma=0.5, algo_options=SMALL_SUPPORT).agent
@@ -127,7 +127,7 @@ def test_nstep_distributional_target_from_the_replay():
 def test_critic_loss_falls_on_a_fixed_batch_and_actions_stay_in_bounds(terminal):
     from test_sparse import random_batch
 
-    from edge_rl.agents.d4pg import project_onto_support
+    from edge_rl.agents.parts.categorical import project_onto_support
     from edge_rl.loop.learner import to_experience
     from edge_rl.tf_setup import tf
 

@@ -125,7 +125,8 @@ def test_a_uniform_replay_checkpoint_resumes_with_even_priorities(tmp_path):
     assert counts.min() > 850
 
 
-def dqn_learner(**algo_options):
+def dqn_learner(algo="dqn", **algo_options):
+    """A Learner of `algo` (DQN or a variant of it) on 4 features and 2 actions, batches of 8."""
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.config import TrainConfig
@@ -135,8 +136,8 @@ def dqn_learner(**algo_options):
 
     tf.keras.utils.set_random_seed(0)  # the same initial weights on every call
     specs = (vector((4,)), {"kind": "discrete", "n": 2})
-    factory = get_algorithm("dqn")
-    config = resolve_defaults(factory, TrainConfig(steps=10_000, batch_size=8,
+    factory = get_algorithm(algo)
+    config = resolve_defaults(factory, TrainConfig(algo=algo, steps=10_000, batch_size=8,
                                                    replay_priority=ALPHA,
                                                    algo_options=algo_options), *specs)
     return Learner(factory, config, *specs)

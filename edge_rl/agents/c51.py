@@ -1,7 +1,8 @@
-"""C51 (Bellemare et al., 2017): DQN whose network predicts a categorical distribution of the
-return over a fixed support of `atoms` values in [value_min, value_max], learned by
-cross-entropy against the projected n-step target; double-Q action choice at the next state, as
-edge-rl's DQN. Epsilon-greedy actors act on the expected values, as DQN's act on Q."""
+"""C51 (Bellemare et al., 2017): DQN whose network predicts, per action, a categorical
+distribution of the return over a fixed support of `atoms` values in [v_min, v_max], learned by
+cross-entropy against the projected n-step target, with the next action chosen by the online
+network (double Q) as edge-rl's DQN does. Everything else is DQN's: its defaults, prioritized
+replay, epsilon-greedy actors (on the expected values, as DQN's act on Q) and the loop."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from tf_agents.networks import network
 from tf_agents.utils import common
 
 from edge_rl.agents import register
-from edge_rl.agents.d4pg import project_onto_support
-from edge_rl.agents.dqn import DQN, learning_rate_schedule
+from edge_rl.agents.dqn import DQN, QLearningOptions, learning_rate_schedule
+from edge_rl.agents.parts.categorical import project_onto_support
 from edge_rl.agents.parts.networks import dense_stack, export_model, mlp_shapes
 from edge_rl.agents.parts.specs import tf_specs
 from edge_rl.algorithm import BuiltAgent, SparseGroup, option
@@ -102,26 +103,27 @@ class C51Agent(dqn_agent.DqnAgent):
 
 class C51(DQN):
     name = "c51"
+    tf_agents_baseline = False  # TF-Agents' own C51 has another network: no framework twin
 
     @dataclass(frozen=True)
-    class Options(DQN.Options):
-        atoms: int = option(51, "Return values the distribution is over.")
-        value_min: float = option(-100.0, "The smallest return value of the support.")
-        value_max: float = option(100.0, "The largest return value of the support.")
+    class Options(QLearningOptions):
+        # [-100, 100]: the discounted returns of a reward of at most 1 a step at gamma 0.99,
+        # CartPole's and Acrobot's (0 to 100, -100 to 0). Set them to your task's.
+        atoms: int = option(51, "Atoms of the Q-network's categorical support.")
+        v_min: float = option(-100.0, "The support's lowest return.")
+        v_max: float = option(100.0, "The support's highest return.")
 
         def __post_init__(self):
             super().__post_init__()
-            if self.atoms < 2 or not self.value_min < self.value_max:
-                raise UserError("--atoms must be >= 2 and --value-min < --value-max")
-            if self.action_gap:
-                raise UserError("--action-gap is DQN's; C51 does not take it")
+            if self.atoms < 2 or not self.v_min < self.v_max:
+                raise UserError("--atoms must be >= 2 and --v-min < --v-max")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
         if observation.is_image:
             raise UserError("c51 takes vector observations only, for now (use --algo dqn)")
         options = config.algo_options
         time_step_spec, action_spec = tf_specs(observation, action)
-        atoms, low, high = options["atoms"], options["value_min"], options["value_max"]
+        atoms, low, high = options["atoms"], options["v_min"], options["v_max"]
         support = tuple(low + (high - low) * i / (atoms - 1) for i in range(atoms))
         net = CategoricalQNetwork(time_step_spec.observation, action["n"], config.hidden,
                                   support, config.is_sparse)
@@ -150,7 +152,8 @@ class C51(DQN):
                           losses)
 
     def layer_shapes(self, observation, action, hidden):
-        return {"actor": mlp_shapes(observation.size, hidden, action["n"] * 51)}
+        # Only the hidden sizes reach here: the output is the default support's size per action
+        return {"actor": mlp_shapes(observation.size, hidden, action["n"] * self.Options().atoms)}
 
 
 ALGORITHM = register(C51())

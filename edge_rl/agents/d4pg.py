@@ -21,6 +21,7 @@ from tf_agents.utils import common
 
 from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
+from edge_rl.agents.parts.categorical import project_onto_support
 from edge_rl.agents.parts.networks import (
     critic_encoder,
     deterministic_actor,
@@ -39,19 +40,6 @@ D4pgInfo = collections.namedtuple("D4pgInfo", ("actor_loss", "critic_loss"))
 
 # The fleet's noise scales span [LOW, HIGH] x exploration_noise, spaced geometrically.
 NOISE_SPREAD = (0.5, 2.0)
-
-
-def project_onto_support(target_values: tf.Tensor, probabilities: tf.Tensor,
-                         support: tf.Tensor) -> tf.Tensor:
-    """Project atoms `target_values` [B, M] with `probabilities` [B, M] onto `support` [N]."""
-    v_min, v_max = support[0], support[-1]
-    delta = support[1] - support[0]
-    clipped = tf.clip_by_value(target_values, v_min, v_max)
-    # weight[b, i, j]: the share of target atom j that lands on support atom i; it is nonzero
-    # only for the (at most two) support atoms within one spacing of the target atom
-    distance = tf.abs(clipped[:, None, :] - support[None, :, None])
-    weight = tf.clip_by_value(1.0 - distance / delta, 0.0, 1.0)
-    return tf.reduce_sum(weight * probabilities[:, None, :], axis=-1)
 
 
 def actor_noise_scales(exploration_noise: float, actors: int) -> list[float]:

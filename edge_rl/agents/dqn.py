@@ -57,6 +57,36 @@ class AdvantageLearningDdqnAgent(dqn_agent.DdqnAgent):
         return q_values + self._action_gap * tf.stop_gradient(gap)
 
 
+@dataclass(frozen=True)
+class QLearningOptions:
+    """The options DQN and its variants (C51) share: targets, exploration, learning rate."""
+
+    # Polyak averaging after every update: on CartPole, hard copies every 200-500
+    # updates oscillated far more (and copies every update diverged).
+    target_update_period: int = option(1, "Updates between target-network updates.")
+    target_update_tau: float = option(0.01, "Polyak weight of each target update.")
+    epsilon_start: float = option(1.0, "Actors' exploration rate at their first step.")
+    # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return can
+    # be worth there (up to ~47,000); with more exploration late in the run the replay
+    # keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8 seeds held
+    # >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
+    # (docs/learning.md, "2026-11-24").
+    epsilon_end: float = option(0.05, "Actors' exploration rate after the decay.")
+    epsilon_decay_steps: int = option(10_000, "Env steps (per actor) of linear decay.")
+    learning_rate_end_fraction: float = option(
+        1.0, "The learning rate falls linearly to this fraction of --learning-rate over "
+             "the run's updates (1: constant).")
+    gradient_clipping: float | None = option(
+        None, "Clip the gradients' global norm to this (none: no clipping).")
+
+    def __post_init__(self):
+        if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
+            raise UserError("--epsilon-start and --epsilon-end must be in [0, 1]")
+        if self.target_update_period < 1 or not 0.0 < self.target_update_tau <= 1.0:
+            raise UserError("--target-update-period must be >= 1 and "
+                            "--target-update-tau in (0, 1]")
+
+
 class DQN:
     name = "dqn"
     action_kinds = frozenset({"discrete"})
@@ -100,36 +130,15 @@ class DQN:
     reports_td_errors = True  # DqnLossInfo.td_error
 
     @dataclass(frozen=True)
-    class Options:
-        # Polyak averaging after every update: on CartPole, hard copies every 200-500
-        # updates oscillated far more (and copies every update diverged).
-        target_update_period: int = option(1, "Updates between target-network updates.")
-        target_update_tau: float = option(0.01, "Polyak weight of each target update.")
-        epsilon_start: float = option(1.0, "Actors' exploration rate at their first step.")
-        # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return can
-        # be worth there (up to ~47,000); with more exploration late in the run the replay
-        # keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8 seeds held
-        # >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
-        # (docs/learning.md, "2026-11-24").
-        epsilon_end: float = option(0.05, "Actors' exploration rate after the decay.")
-        epsilon_decay_steps: int = option(10_000, "Env steps (per actor) of linear decay.")
-        learning_rate_end_fraction: float = option(
-            1.0, "The learning rate falls linearly to this fraction of --learning-rate over "
-                 "the run's updates (1: constant).")
-        gradient_clipping: float | None = option(
-            None, "Clip the gradients' global norm to this (none: no clipping).")
+    class Options(QLearningOptions):
         action_gap: float = option(
             0.0, "Advantage learning's alpha in [0, 1): widen the gaps between actions' values "
                  "(0: plain double DQN).")
 
         def __post_init__(self):
-            if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
-                raise UserError("--epsilon-start and --epsilon-end must be in [0, 1]")
+            super().__post_init__()
             if not 0.0 <= self.action_gap < 1.0:
                 raise UserError("--action-gap must be in [0, 1)")
-            if self.target_update_period < 1 or not 0.0 < self.target_update_tau <= 1.0:
-                raise UserError("--target-update-period must be >= 1 and "
-                                "--target-update-tau in (0, 1]")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation, action)
