@@ -62,6 +62,8 @@ class AgentFactory(Protocol):
     defaults: dict[str, Any]  # values for TrainConfig fields left at None
     # Optional: values that replace `defaults` where observations are images (frames, planes)
     image_defaults: dict[str, Any]
+    # Optional: values that replace its Options' defaults there
+    image_options: dict[str, Any]
     # Its own settings: a frozen dataclass whose fields (made with `option`) are the run's
     # algo_options and its --flags; it checks them in __post_init__ (raising UserError).
     Options: type
@@ -290,6 +292,8 @@ def _resolve_algorithm(factory: AgentFactory, config: TrainConfig,
         raise UserError(f"--replay-priority needs TD errors from the updates, which "
                         f"{factory.name} does not report (use 0: uniform replay)")
     defaults = dataclasses.asdict(factory.Options())
+    if observation is not None and observation.is_image:
+        defaults.update(getattr(factory, "image_options", {}))
     unknown = sorted(set(config.algo_options) - set(defaults))
     if unknown:  # e.g. D4PG's --atoms given to another algorithm
         flags = ", ".join(f"--{name.replace('_', '-')}" for name in unknown)

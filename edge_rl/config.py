@@ -219,6 +219,10 @@ class TrainConfig:
         doc = dict(doc)
         if "replay_priority" not in doc and doc.get("nstep") is not None:
             doc["replay_priority"] = 0.0  # resolved before prioritized replay: it ran uniform
+        options = doc.get("algo_options") or {}
+        if doc.get("algo", "dqn") == "dqn" and doc.get("nstep") is not None and options \
+                and "atoms" not in options:  # resolved before C51: its network was dueling
+            doc["algo_options"] = {**options, "atoms": 0}
         for name in ("hidden", "critic_hidden"):
             if doc.get(name) is not None:
                 doc[name] = tuple(int(h) for h in doc[name])

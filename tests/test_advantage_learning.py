@@ -14,7 +14,7 @@ def test_each_td_error_is_lowered_by_alpha_times_the_target_networks_action_gap(
     batch = minibatches(8)  # 64 samples
     errors = {}
     for alpha in (0.0, 0.5):
-        learner = dqn_learner(action_gap=alpha)
+        learner = dqn_learner(action_gap=alpha, atoms=0)
         errors[alpha] = learner.agent.loss(to_experience(batch), gamma=learner.config.gamma
                                            ).extra.td_error.numpy()
     target_q, _ = learner.agent._target_q_network(batch["observation"])

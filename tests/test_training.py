@@ -45,23 +45,24 @@ def test_dqn_lockstep_int8_actors_learn_cartpole(dqn_run):
     assert weight_dtypes(policy.model) == {"int8", "float32"}
 
 
-def test_default_dqn_solves_cartpole_and_still_solves_it_late(tmp_path):
-    """`edge-rl train`'s defaults (DQN, CartPole-v1, 100k steps), in lockstep, seed 0: it solves
-    CartPole (a greedy evaluation at 475, gymnasium's threshold, or more) and in the run's last
-    quarter (from 75k steps) still makes a policy that does.
+def test_default_dqn_solves_cartpole_and_stays_solved_late(tmp_path):
+    """`edge-rl train`'s defaults (DQN, its C51 network on vectors, CartPole-v1, 100k steps), in
+    lockstep, seed 0: it solves CartPole (a greedy evaluation at 475, gymnasium's threshold, or
+    more) and in the run's last quarter (from 75k steps) at least 80% of the evaluations do:
+    issue 20's bar for a policy that stays learned.
 
-    Staying solved is not pinned: it does not hold on every CPU (issue 20, docs/learning.md).
     A lockstep run is the same run for a seed on one kind of CPU only, since TensorFlow picks
-    its kernels by the processor. This run's last quarter held 477-500 on every evaluation on
-    the machines CI ran on before 2026-11-29; on that day's AMD EPYC (AVX2, TensorFlow's
-    oneDNN kernels off by default) it solved first at 72.5k and held 475 on 7 of its last 11."""
+    its kernels by the processor. With the dueling network this run's last quarter held on some
+    kinds of CPU and not on others (docs/learning.md); with C51 it scored 499-500 on all 11
+    evaluations from 75k on a Zen 5 AMD EPYC, and 29 of 30 asynchronous runs there held the bar
+    over the whole run after first solving it."""
     summary = train(tmp_path / "run", "--lockstep", "--seed", "0", "--no-carbon")
     means = [evaluation["mean"] for evaluation in summary["evaluations"]]
     last_quarter = [evaluation["mean"] for evaluation in summary["evaluations"]
                     if evaluation["env_steps"] >= 75_000]
     assert len(last_quarter) >= 10, means
     assert summary["best_return"]["mean"] >= 475, means
-    assert max(last_quarter) >= 475, means
+    assert sum(mean >= 475 for mean in last_quarter) >= 0.8 * len(last_quarter), means
 
 
 def test_a_run_traces_its_update_loop_once_and_notes_its_start(dqn_run):

@@ -1,5 +1,6 @@
-"""DQN (TF-Agents DdqnAgent: double-Q targets, dueling network) for Discrete actions;
-epsilon-greedy actors."""
+"""DQN (TF-Agents DqnAgent: double-Q targets) for Discrete actions; epsilon-greedy actors. On
+vector observations its Q-network is categorical (C51: a distribution of the return per action);
+on images, and with --atoms 0, a dueling network of expected values."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from tf_agents.agents.dqn import dqn_agent
 from tf_agents.utils import common
 
 from edge_rl.agents import register
+from edge_rl.agents.parts.categorical import C51Agent, CategoricalQNetwork
 from edge_rl.agents.parts.networks import (
     DuelingQNetwork,
     export_model,
@@ -34,6 +36,12 @@ def learning_rate_schedule(config: TrainConfig):
         config.learning_rate, updates, config.learning_rate * end_fraction)
 
 
+def support(options: dict) -> tuple[float, ...]:
+    """C51's return values: `atoms` evenly spaced from v_min to v_max."""
+    atoms, low, high = options["atoms"], options["v_min"], options["v_max"]
+    return tuple(low + (high - low) * i / (atoms - 1) for i in range(atoms))
+
+
 class AdvantageLearningDdqnAgent(dqn_agent.DdqnAgent):
     """TF-Agents' double DQN with the advantage-learning operator (Baird, 1999; Bellemare et
     al., 2016, "Increasing the Action Gap"): each target is lowered by
@@ -55,36 +63,6 @@ class AdvantageLearningDdqnAgent(dqn_agent.DdqnAgent):
         gap = tf.reduce_max(target_q_values, axis=-1) - common.index_with_actions(
             target_q_values, tf.cast(actions, tf.int32))
         return q_values + self._action_gap * tf.stop_gradient(gap)
-
-
-@dataclass(frozen=True)
-class QLearningOptions:
-    """The options DQN and its variants (C51) share: targets, exploration, learning rate."""
-
-    # Polyak averaging after every update: on CartPole, hard copies every 200-500
-    # updates oscillated far more (and copies every update diverged).
-    target_update_period: int = option(1, "Updates between target-network updates.")
-    target_update_tau: float = option(0.01, "Polyak weight of each target update.")
-    epsilon_start: float = option(1.0, "Actors' exploration rate at their first step.")
-    # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return can
-    # be worth there (up to ~47,000); with more exploration late in the run the replay
-    # keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8 seeds held
-    # >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
-    # (docs/learning.md, "2026-11-24").
-    epsilon_end: float = option(0.05, "Actors' exploration rate after the decay.")
-    epsilon_decay_steps: int = option(10_000, "Env steps (per actor) of linear decay.")
-    learning_rate_end_fraction: float = option(
-        1.0, "The learning rate falls linearly to this fraction of --learning-rate over "
-             "the run's updates (1: constant).")
-    gradient_clipping: float | None = option(
-        None, "Clip the gradients' global norm to this (none: no clipping).")
-
-    def __post_init__(self):
-        if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
-            raise UserError("--epsilon-start and --epsilon-end must be in [0, 1]")
-        if self.target_update_period < 1 or not 0.0 < self.target_update_tau <= 1.0:
-            raise UserError("--target-update-period must be >= 1 and "
-                            "--target-update-tau in (0, 1]")
 
 
 class DQN:
@@ -126,46 +104,92 @@ class DQN:
     # 14.25-15.7, and all ended at 15.95-16 (docs/pixels.md).
     # Uniform replay on images: prioritized replay was measured on CartPole only.
     image_defaults = {"nstep": 1, "replay_priority": 0.0}
+    # Images keep the dueling network of expected values, which docs/pixels.md measured.
+    image_options = {"atoms": 0}
     tf_agents_baseline = True
     reports_td_errors = True  # DqnLossInfo.td_error
 
     @dataclass(frozen=True)
-    class Options(QLearningOptions):
+    class Options:
+        # Polyak averaging after every update: on CartPole, hard copies every 200-500
+        # updates oscillated far more (and copies every update diverged).
+        target_update_period: int = option(1, "Updates between target-network updates.")
+        target_update_tau: float = option(0.01, "Polyak weight of each target update.")
+        epsilon_start: float = option(1.0, "Actors' exploration rate at their first step.")
+        # 0.05, not 0.02: CartPole runs that fell had Q-values far past the 100 a return can
+        # be worth there (up to ~47,000); with more exploration late in the run the replay
+        # keeps the states a near-perfect policy stops visiting. At 0.02, 3 of 8 seeds held
+        # >= 80% of their evaluations after first solving it; at 0.05, 11 of 14
+        # (docs/learning.md, "2026-11-24").
+        epsilon_end: float = option(0.05, "Actors' exploration rate after the decay.")
+        epsilon_decay_steps: int = option(10_000, "Env steps (per actor) of linear decay.")
+        learning_rate_end_fraction: float = option(
+            1.0, "The learning rate falls linearly to this fraction of --learning-rate over "
+                 "the run's updates (1: constant).")
+        gradient_clipping: float | None = option(
+            None, "Clip the gradients' global norm to this (none: no clipping).")
         action_gap: float = option(
             0.0, "Advantage learning's alpha in [0, 1): widen the gaps between actions' values "
-                 "(0: plain double DQN).")
+                 "(0: plain double DQN; needs --atoms 0).")
+        # C51 (Bellemare et al., 2017) on vectors: on CartPole-v1, seeds 0-29 side by side with
+        # the dueling network, 29 runs of 30 kept >= 475 on 80% of their evaluations after
+        # first solving it, against 20 of 30, by a rule written before seeds 10-29 ran; 1.4x the
+        # wall-clock, a 4x larger int8 file (docs/learning.md, "C51"). [-100, 100] holds the
+        # discounted returns of a reward of at most 1 a step at gamma 0.99 (CartPole's 0 to
+        # 100, Acrobot's -100 to 0): set it to your task's.
+        atoms: int = option(51, "Atoms of the categorical Q-network's support (C51); 0: a "
+                                "dueling network of expected values (images: 0).")
+        v_min: float = option(-100.0, "The support's lowest return.")
+        v_max: float = option(100.0, "The support's highest return.")
 
         def __post_init__(self):
-            super().__post_init__()
+            if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
+                raise UserError("--epsilon-start and --epsilon-end must be in [0, 1]")
             if not 0.0 <= self.action_gap < 1.0:
                 raise UserError("--action-gap must be in [0, 1)")
+            if self.atoms == 1 or self.atoms < 0 or not self.v_min < self.v_max:
+                raise UserError("--atoms must be 0 or >= 2, and --v-min < --v-max")
+            if self.atoms and self.action_gap:
+                raise UserError("--action-gap needs --atoms 0 (the expected-value network)")
+            if self.target_update_period < 1 or not 0.0 < self.target_update_tau <= 1.0:
+                raise UserError("--target-update-period must be >= 1 and "
+                                "--target-update-tau in (0, 1]")
 
     def build(self, observation, action, config: TrainConfig) -> BuiltAgent:
         time_step_spec, action_spec = tf_specs(observation, action)
-        net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,
-                              config.is_sparse, observation=observation)
+        options = config.algo_options
         optimizer = MaskedAdam(learning_rate=learning_rate_schedule(config))
-        agent = AdvantageLearningDdqnAgent(
-            time_step_spec,
-            action_spec,
-            q_network=net,
+        common_args = dict(
             optimizer=optimizer,
-            target_update_period=config.algo_options["target_update_period"],
-            target_update_tau=config.algo_options["target_update_tau"],
-            td_errors_loss_fn=common.element_wise_huber_loss,
-            gradient_clipping=config.algo_options["gradient_clipping"],
+            target_update_period=options["target_update_period"],
+            target_update_tau=options["target_update_tau"],
+            gradient_clipping=options["gradient_clipping"],
             gamma=config.gamma,
             train_step_counter=tf.Variable(0, dtype=tf.int64, name="train_step"),
-            action_gap=config.algo_options["action_gap"],
         )
+        if options["atoms"]:
+            if observation.is_image:
+                raise UserError("--atoms (a categorical Q-network) takes vector observations "
+                                "only, for now: use --atoms 0 on images")
+            net = CategoricalQNetwork(time_step_spec.observation, action["n"], config.hidden,
+                                      support(options), config.is_sparse)
+            agent = C51Agent(time_step_spec, action_spec, q_network=net, **common_args)
+        else:
+            net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,
+                                  config.is_sparse, observation=observation)
+            agent = AdvantageLearningDdqnAgent(
+                time_step_spec, action_spec, q_network=net,
+                td_errors_loss_fn=common.element_wise_huber_loss,
+                action_gap=options["action_gap"], **common_args)
         agent.initialize()
-        # Actors get the centered advantages A - mean(A): same argmax as Q, but on the scale
-        # of the gaps between actions, which int8 can resolve (see DuelingQNetwork).
-        advantages = export_model(observation, net.greedy_layers)
+        # Actors get values centered over the actions (the dueling network's advantages
+        # A - mean(A), C51's expected values less their mean): the argmax of Q, on the scale of
+        # the gaps between actions, which int8 can resolve (see DuelingQNetwork).
+        centered_values = export_model(observation, net.greedy_layers)
         # One network, exported to the actors, so the actor's sparsity applies. Forward: the
         # online network on both observations (double Q) and the target; backward: the loss.
         # (advantage learning: the target also on the first observation)
-        forward_passes = 4 if config.algo_options["action_gap"] else 3
+        forward_passes = 4 if options["action_gap"] else 3
         groups = [SparseGroup("q", "actor", [net], [agent._target_q_network], optimizer,
                               passes=(forward_passes, 1))]
 
@@ -173,10 +197,13 @@ class DQN:
             # gamma given: DqnAgent.loss would otherwise discount by its _loss's default, 1.0
             return {"q": lambda: agent.loss(experience, training=True, gamma=config.gamma).loss}
 
-        return BuiltAgent(agent, advantages, "q_values", {"optimizer": optimizer}, net,
+        return BuiltAgent(agent, centered_values, "q_values", {"optimizer": optimizer}, net,
                           groups, losses)
 
     def layer_shapes(self, observation, action, hidden):
+        atoms = self.Options().atoms if not observation.is_image else 0
+        if atoms:  # only the hidden sizes reach here: the default support's size per action
+            return {"actor": mlp_shapes(observation.size, hidden, action["n"] * atoms)}
         sizes = [observation.size, *hidden[:-1]]  # the trunk's
         trunk = list(zip(sizes[:-1], sizes[1:], strict=True))
         head_in = sizes[-1]

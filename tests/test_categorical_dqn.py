@@ -1,5 +1,6 @@
-"""C51 (`--algo c51`): its loss against a numpy reading of the paper's projection, what it learns
-on a one-step problem, and its int8 policy file read by a plain interpreter."""
+"""DQN's categorical Q-network on vectors (C51, its default there; `--atoms 0`: the dueling one):
+its loss against a numpy reading of the paper's projection, what it learns on a one-step problem,
+its int8 policy file read by a plain interpreter, and which runs get it."""
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def projected(values, probabilities, support):
 def test_the_loss_is_the_cross_entropy_to_the_projected_double_q_target():
     from edge_rl.loop.learner import to_experience
 
-    learner = dqn_learner("c51", v_min=-10.0, v_max=10.0, atoms=11)
+    learner = dqn_learner(v_min=-10.0, v_max=10.0, atoms=11)
     network, target_network = learner.agent._q_network, learner.agent._target_q_network
     for weight in target_network.trainable_weights:  # the target differs from the online net
         weight.assign(weight + np.random.default_rng(1).normal(0, 0.3, weight.shape))
@@ -62,7 +63,7 @@ def test_the_loss_is_the_cross_entropy_to_the_projected_double_q_target():
 def test_it_learns_the_expected_return_of_each_action_between_the_atoms():
     # One step, then the episode ends: action 0 earns 10, action 1 earns 30 (neither on an atom
     # of the default support, -100, -96, ..., 100); the expected values must come to them
-    learner = dqn_learner("c51", learning_rate_end_fraction=1.0)
+    learner = dqn_learner()
     rng = np.random.default_rng(0)
     observations = rng.normal(size=(16, 4)).astype(np.float32)
     for _ in range(60):
@@ -84,10 +85,10 @@ def test_its_int8_file_gives_a_plain_interpreter_the_networks_greedy_actions():
     from edge_rl.converters.tflite import convert
     from edge_rl.device.policy_file import PolicyMetadata
 
-    learner = dqn_learner("c51")
+    learner = dqn_learner()
     rng = np.random.default_rng(2)
     calibration = rng.normal(size=(500, 4)).astype(np.float32)
-    meta = PolicyMetadata(env_id="CartPole-v1", algo="c51", precision="int8", output="q_values",
+    meta = PolicyMetadata(env_id="CartPole-v1", algo="dqn", precision="int8", output="q_values",
                           observation_shape=(4,), action={"kind": "discrete", "n": 2})
     flat = convert(learner.built.export_model, "int8", calibration, meta)
     interpreter = Interpreter(model_content=flat)
@@ -108,9 +109,30 @@ def test_its_int8_file_gives_a_plain_interpreter_the_networks_greedy_actions():
 
 
 @pytest.mark.parametrize("options, flag", [({"atoms": 1}, "--atoms"),
-                                           ({"v_min": 5.0, "v_max": 5.0}, "--v-min")])
+                                           ({"v_min": 5.0, "v_max": 5.0}, "--v-min"),
+                                           ({"action_gap": 0.5}, "--action-gap")])
 def test_bad_options_are_refused_by_name(options, flag):
-    from edge_rl.agents.c51 import C51
+    from edge_rl.agents.dqn import DQN
 
     with pytest.raises(UserError, match=flag):
-        C51.Options(**options)
+        DQN.Options(**options)
+
+
+def test_vectors_get_the_categorical_network_images_and_old_runs_the_dueling_one(tmp_path):
+    import json
+
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+    from edge_rl.config import TrainConfig
+    from edge_rl.device.observations import FRAMES, ObservationSpec, vector
+
+    factory = get_algorithm("dqn")
+    assert resolve_defaults(factory, TrainConfig(), vector((4,))).algo_options["atoms"] == 51
+    images = ObservationSpec(FRAMES, (84, 84))
+    assert resolve_defaults(factory, TrainConfig(), images).algo_options["atoms"] == 0
+    # a run saved before C51 was DQN's default trained the dueling network: resumed or
+    # exported, it must build that network again
+    saved = resolve_defaults(factory, TrainConfig(), vector((4,))).to_dict()
+    del saved["algo_options"]["atoms"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert TrainConfig.load(tmp_path).algo_options["atoms"] == 0
