@@ -6,7 +6,8 @@ The loop of TF-Agents' DQN tutorial: a DynamicStepDriver collects one env step p
 iteration with the agent's epsilon-greedy collect policy into a TFUniformReplayBuffer, and
 each iteration runs one `agent.train` on a minibatch from the buffer's dataset (driver run
 and train step both in `common.function`). What it shares with `edge-rl train`'s DQN
-defaults: the same network (edge_rl's DuelingQNetwork, 64x64), DdqnAgent with Huber loss,
+defaults with `--atoms 0` (its network on vectors is C51's since 2026-12-04): the same network
+(edge_rl's DuelingQNetwork, 64x64), DdqnAgent with Huber loss,
 Adam 1e-3, gamma 0.99, 3-step targets, Polyak target updates (tau 0.01 every update),
 batch 64, 1000 warm-up steps of uniform random actions, epsilon 1 -> edge-rl's epsilon_end
 (0.05 since 2026-11-24, 0.02 before) over 10k steps, one update per env step (edge-rl's
