@@ -21,7 +21,7 @@ from tf_agents.utils import common
 
 from edge_rl.agents import register
 from edge_rl.agents.parts.actor_critic import deterministic_actor_critic
-from edge_rl.agents.parts.categorical import project_onto_support
+from edge_rl.agents.parts.categorical import evenly_spaced_support, project_onto_support
 from edge_rl.agents.parts.networks import (
     critic_encoder,
     deterministic_actor,
@@ -69,7 +69,7 @@ class D4pgAgent(tf_agent.TFAgent):
             critic_network, None, "TargetCriticNetwork")
         self._actor_optimizer = actor_optimizer
         self._critic_optimizer = critic_optimizer
-        self._support = tf.constant(np.linspace(v_min, v_max, atoms), tf.float32)
+        self._support = evenly_spaced_support(v_min, v_max, atoms)
         self._tau = target_update_tau
         self._gamma = gamma
 

@@ -10,7 +10,7 @@ from tf_agents.agents.dqn import dqn_agent
 from tf_agents.utils import common
 
 from edge_rl.agents import register
-from edge_rl.agents.parts.categorical import C51Agent, CategoricalQNetwork
+from edge_rl.agents.parts.categorical import C51Agent, CategoricalQNetwork, evenly_spaced_support
 from edge_rl.agents.parts.networks import (
     DuelingQNetwork,
     export_model,
@@ -34,12 +34,6 @@ def learning_rate_schedule(config: TrainConfig):
     updates = max(1, int((config.steps - config.warmup_steps) * config.updates_per_step))
     return tf.keras.optimizers.schedules.PolynomialDecay(
         config.learning_rate, updates, config.learning_rate * end_fraction)
-
-
-def support(options: dict) -> tuple[float, ...]:
-    """C51's return values: `atoms` evenly spaced from v_min to v_max."""
-    atoms, low, high = options["atoms"], options["v_min"], options["v_max"]
-    return tuple(low + (high - low) * i / (atoms - 1) for i in range(atoms))
 
 
 class AdvantageLearningDdqnAgent(dqn_agent.DdqnAgent):
@@ -172,7 +166,9 @@ class DQN:
                 raise UserError("--atoms (a categorical Q-network) takes vector observations "
                                 "only, for now: use --atoms 0 on images")
             net = CategoricalQNetwork(time_step_spec.observation, action["n"], config.hidden,
-                                      support(options), config.is_sparse)
+                                      evenly_spaced_support(options["v_min"], options["v_max"],
+                                                            options["atoms"]),
+                                      config.is_sparse)
             agent = C51Agent(time_step_spec, action_spec, q_network=net, **common_args)
         else:
             net = DuelingQNetwork(time_step_spec.observation, action["n"], config.hidden,

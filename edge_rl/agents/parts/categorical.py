@@ -4,6 +4,7 @@ here are the projection they share and C51's network and loss."""
 
 from __future__ import annotations
 
+import numpy as np
 from tf_agents.agents import tf_agent
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.networks import network
@@ -12,6 +13,11 @@ from tf_agents.utils import common
 from edge_rl.agents.parts.networks import dense_stack
 from edge_rl.sparse.masks import dense
 from edge_rl.tf_setup import tf
+
+
+def evenly_spaced_support(v_min: float, v_max: float, atoms: int) -> tf.Tensor:
+    """The atoms z_i: `atoms` returns evenly spaced from v_min to v_max, both included."""
+    return tf.constant(np.linspace(v_min, v_max, atoms), tf.float32)
 
 
 def project_onto_support(target_values: tf.Tensor, probabilities: tf.Tensor,
@@ -32,11 +38,11 @@ class CategoricalQNetwork(network.Network):
     TF-Agents' greedy and epsilon-greedy policies take the argmax of)."""
 
     def __init__(self, observation_spec, num_actions: int, hidden: tuple[int, ...],
-                 support: tuple[float, ...], sparse: bool = False,
+                 support: tf.Tensor, sparse: bool = False,
                  name: str = "CategoricalQNetwork"):
         super().__init__(input_tensor_spec=observation_spec, state_spec=(), name=name)
-        self.num_actions, self.atoms = num_actions, len(support)
-        self.support = tf.constant(support, tf.float32)
+        self.num_actions, self.atoms = num_actions, int(support.shape[0])
+        self.support = support
         self.trunk = dense_stack(hidden, "q_trunk", sparse)
         self.logits_layer = dense(num_actions * self.atoms, None, "q_logits", sparse)
         # Actors get E[Z] - mean over actions: the argmax of Q, on the scale of the gaps
