@@ -80,10 +80,10 @@ class AgentFactory(Protocol):
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         """How actor number `actor_index` explores."""
 
-    def layer_shapes(self, observation: ObservationSpec, action: dict,
-                     hidden: tuple[int, ...]) -> dict[str, list[tuple[int, int]]]:
+    def layer_shapes(self, observation: ObservationSpec, action: dict, hidden: tuple[int, ...],
+                     options: dict[str, Any]) -> dict[str, list[tuple[int, int]]]:
         """Per sparsity role ("actor", "critic"), the Dense kernels of one network with these
-        hidden sizes (for `--tiny`)."""
+        hidden sizes and these (resolved) algo_options (for `--tiny`)."""
 
 
 def option(default: Any, help: str) -> Any:
@@ -258,7 +258,8 @@ def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
         hidden = {"actor": config.hidden, "critic": config.critic_layers}
         for role, sparsity in config.sparsities.items():
             def shapes_for(sizes, role=role):
-                return factory.layer_shapes(observation, action, sizes).get(role, [])
+                return factory.layer_shapes(observation, action, sizes,
+                                             config.algo_options).get(role, [])
             shapes = shapes_for(hidden[role])
             if not shapes:
                 continue

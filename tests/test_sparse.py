@@ -203,9 +203,38 @@ def test_tiny_matches_the_sparse_parameter_count():
     assert not config.is_sparse
     for role, sparsity, hidden in (("actor", 0.9, config.hidden),
                                    ("critic", 0.85, config.critic_hidden)):
-        full = factory.layer_shapes(observation, action, (256, 256))[role]
+        full = factory.layer_shapes(observation, action, (256, 256), config.algo_options)[role]
         target = parameter_count(full, layer_densities(full, sparsity, "erk"))
-        tiny = parameter_count(factory.layer_shapes(observation, action, hidden)[role])
+        tiny = parameter_count(factory.layer_shapes(observation, action, hidden,
+                                                            config.algo_options)[role])
         assert abs(tiny - target) / target < 0.05, (role, hidden)
     # resolving the saved config again changes nothing
     assert resolve_defaults(factory, config, observation, action) == config
+
+
+@pytest.mark.parametrize("algo, options", [("dqn", {}), ("dqn", {"atoms": 0}),
+                                           ("d4pg", {"atoms": 21}), ("td3", {}), ("sac", {})])
+def test_layer_shapes_are_the_built_networks_kernels(algo, options):
+    # --tiny sizes its dense network by layer_shapes: they must be the kernels of the network
+    # the run builds, with the run's own options (DQN's atoms, D4PG's support size)
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+    from edge_rl.config import TrainConfig
+
+    factory = get_algorithm(algo)
+    if algo == "dqn":
+        observation, action, env = vector((4,)), {"kind": "discrete", "n": 2}, "CartPole-v1"
+    else:
+        observation, env = vector((3,)), "Pendulum-v1"
+        action = {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]}
+    config = resolve_defaults(factory, TrainConfig(algo=algo, env=env, hidden=(24, 16),
+                                                   algo_options=options), observation, action)
+    built = factory.build(observation, action, config)
+    networks = {"actor": built.actor_network,
+                "critic": getattr(built.agent, "_critic_network", None)
+                or getattr(built.agent, "_critic_network_1", None)}
+    shapes = factory.layer_shapes(observation, action, (24, 16), config.algo_options)
+    for role, kernels in shapes.items():
+        built_kernels = [tuple(v.shape) for v in networks[role].trainable_variables
+                         if len(v.shape) == 2]
+        assert sorted(kernels) == sorted(built_kernels), role

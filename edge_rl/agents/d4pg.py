@@ -238,12 +238,10 @@ class D4PG:
         return deterministic_actor_critic(agent, observation, actor, actor_optimizer,
                                           critic_optimizer, groups)
 
-    def layer_shapes(self, observation, action, hidden):
-        # Only the hidden sizes reach here: the critic's output is the default support's size.
+    def layer_shapes(self, observation, action, hidden, options):
         n_obs, n_act = observation.size, int(np.prod(action["shape"]))
-        atoms = self.defaults["algo_options"]["atoms"]
         return {"actor": mlp_shapes(n_obs, hidden, n_act),
-                "critic": mlp_shapes(n_obs + n_act, hidden, atoms)}
+                "critic": mlp_shapes(n_obs + n_act, hidden, options["atoms"])}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
         # A fleet started with --actors 0 (remote actors only) has no known size: one scale.

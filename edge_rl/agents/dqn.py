@@ -196,10 +196,9 @@ class DQN:
         return BuiltAgent(agent, centered_values, "q_values", {"optimizer": optimizer}, net,
                           groups, losses)
 
-    def layer_shapes(self, observation, action, hidden):
-        atoms = self.Options().atoms if not observation.is_image else 0
-        if atoms:  # only the hidden sizes reach here: the default support's size per action
-            return {"actor": mlp_shapes(observation.size, hidden, action["n"] * atoms)}
+    def layer_shapes(self, observation, action, hidden, options):
+        if options["atoms"]:
+            return {"actor": mlp_shapes(observation.size, hidden, action["n"] * options["atoms"])}
         sizes = [observation.size, *hidden[:-1]]  # the trunk's
         trunk = list(zip(sizes[:-1], sizes[1:], strict=True))
         head_in = sizes[-1]

@@ -107,7 +107,7 @@ class SAC:
         return BuiltAgent(agent, model, "squashed_gaussian",
                           optimizers, actor, groups, losses)
 
-    def layer_shapes(self, observation, action, hidden):
+    def layer_shapes(self, observation, action, hidden, options):
         n_obs, n_act = observation.size, int(np.prod(action["shape"]))
         return {"actor": mlp_shapes(n_obs, hidden, 2 * n_act),
                 "critic": mlp_shapes(n_obs + n_act, hidden, 1)}

@@ -112,7 +112,7 @@ class TD3:
         return deterministic_actor_critic(agent, observation, actor, actor_optimizer,
                                           critic_optimizer, groups)
 
-    def layer_shapes(self, observation, action, hidden):
+    def layer_shapes(self, observation, action, hidden, options):
         n_obs, n_act = observation.size, int(np.prod(action["shape"]))
         return {"actor": mlp_shapes(n_obs, hidden, n_act),
                 "critic": mlp_shapes(n_obs + n_act, hidden, 1)}

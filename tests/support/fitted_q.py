@@ -129,7 +129,7 @@ class FittedQ:
         return BuiltAgent(agent, export_model(observation, net.layers_in_order),
                           "q_values", {"optimizer": optimizer}, net)
 
-    def layer_shapes(self, observation, action, hidden):
+    def layer_shapes(self, observation, action, hidden, options):
         return {"actor": mlp_shapes(observation.size, hidden, action["n"])}
 
     def exploration(self, config: TrainConfig, actor_index: int) -> ExplorationSettings:
