@@ -106,6 +106,7 @@ def float_input_layer(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray) 
     quantize.inputs = np.array([float_hidden], np.int32)
     quantize.outputs = np.array([hidden], np.int32)
     graph.operators = [first, quantize, *ops[2:]]
+    _drop_unused_tensors(model)  # the int8 kernel and bias it replaced
     return write_model(model)
 
 
@@ -164,6 +165,7 @@ def float_output_stage(model_bytes: bytes, kernel: np.ndarray, bias: np.ndarray)
         op.inputs = np.array([alias.get(int(i), int(i)) for i in op.inputs], np.int32)
         op.outputs = np.array([alias.get(int(i), int(i)) for i in op.outputs], np.int32)
     graph.operators = kept
+    _drop_unused_tensors(model)  # the int8 kernel and bias it replaced, and int8 constants
     return write_model(model)
 
 
@@ -300,7 +302,7 @@ def integer_input(model_bytes: bytes, value_max: float) -> bytes:
     set_per_tensor(q, new_scale, zero_point)
     quantize.inputs = np.array([raw[-1]], np.int32)
     graph.operators = [op for op in graph.operators if op is not cast]
-    _drop_unused_tensors(graph)  # the CAST's float output
+    _drop_unused_tensors(model)  # the CAST's float output
     return write_model(model)
 
 
@@ -313,12 +315,18 @@ def tensor_readers(graph: Any) -> dict[int, list]:
     return found
 
 
-def _drop_unused_tensors(graph: Any) -> None:
-    """Remove tensors no op and no graph boundary names, renumbering the references."""
+def _drop_unused_tensors(model: Any) -> None:
+    """Remove tensors no op and no graph boundary names, renumbering the references, and empty
+    the buffers only they held (the int8 weights a float layer replaced)."""
+    graph = model.subgraphs[0]
     used = {int(i) for op in graph.operators for i in (*op.inputs, *op.outputs) if i >= 0}
     used |= {int(i) for i in (*graph.inputs, *graph.outputs)}
     kept = sorted(used)
     new_index = {old: new for new, old in enumerate(kept)}
+    kept_buffers = {int(graph.tensors[i].buffer) for i in kept}
+    for i, tensor in enumerate(graph.tensors):
+        if i not in used and tensor.buffer and int(tensor.buffer) not in kept_buffers:
+            model.buffers[int(tensor.buffer)].data = None
 
     def renumber(indices: Any) -> Any:
         return np.array([new_index[int(i)] if i >= 0 else -1 for i in indices], np.int32)

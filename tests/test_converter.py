@@ -150,6 +150,12 @@ def test_int8_export_stores_int8_weights_and_int32_biases(net, request):
     after = graph.operators[list(graph.operators).index(last_layer):]
     assert all(graph.tensors[int(i)].type == schema.TensorType.FLOAT32
                for op in after for i in op.outputs)
+    # every constant stored is read by an op: the int8 weights the float layers replaced are
+    # not left in the file
+    read = {int(i) for op in graph.operators for i in op.inputs if i >= 0}
+    assert {i for i, tensor in enumerate(graph.tensors) if tensor.buffer
+            and flat.buffers[tensor.buffer].data is not None
+            and len(flat.buffers[tensor.buffer].data)} <= read
     # float first and last layers: for the tiny CartPole net int8 is fp16's size
     assert len(int8) < len(files["fp32"]) and len(files["fp16"]) < len(files["fp32"])
 
