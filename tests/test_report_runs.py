@@ -59,9 +59,10 @@ def test_report_of_fp32_and_int8_runs_matches_their_summaries(runs, tmp_path):
     # int8 weights are a quarter of fp32's, but an int8 file keeps its first and last layers
     # in float32. With the dueling 4-64-64-2 net (--atoms 0) that was about half of the fp32
     # file's bytes on the wire (11,128 against 21,584); the default C51 net's last layer is
-    # 64 x 102 (6,528 of its 10,880 weights), so its int8 file is barely smaller (44,968
-    # against 48,516 bytes, 2026-12-04; docs/learning.md, "C51")
-    assert summaries["int8"]["policy_bytes"] < 0.95 * summaries["fp32"]["policy_bytes"]
+    # 64 x 102 (6,528 of its 10,880 weights), so its int8 file is 0.76 of the fp32 one (36,712
+    # against 48,008 bytes, 2026-12-05; docs/learning.md, "C51"), and 0.93 with the int8
+    # kernels its float layers replaced left in the file, as before that day
+    assert summaries["int8"]["policy_bytes"] < 0.85 * summaries["fp32"]["policy_bytes"]
 
 
 def test_lockstep_runs_are_reproducible_and_a_saved_config_reruns_them(runs, tmp_path):
