@@ -72,7 +72,8 @@ class DQN:
         # diverged), slower Polyak targets, a decaying learning rate, gradient clipping,
         # 256x256 and batches of 256 did not help (docs/learning.md). With C51 on Acrobot-v1,
         # one a step raised the last-10-evaluation means by 9.2 (seeds 0-9) at 2.3x the
-        # wall-clock and held within 10% of the best no more often (0 of 10, this 1 of 10).
+        # wall-clock and held within 10% of the best no more often (0 of 10, this 1 of 10);
+        # with the learning rate falling to 1% as well, 4 of 10 at 2.1x: not the bar's 8.
         "updates_per_step": 0.25,
         # The loop's --publish-every 1000 / --max-update-lag 2000 (TrainConfig) stay: at
         # epsilon_end 0.05 less staleness held no better (250/500: 13 of 19 seeds at >= 0.8,
