@@ -71,6 +71,9 @@ RUN_OPTIONS = [
     click.option("--max-in-flight", type=int, help="Unacked batches per actor.  [default: 4]"),
     click.option("--eval-every", type=int, help="Env steps between greedy evaluations."),
     click.option("--eval-episodes", type=int, help="Episodes per evaluation.  [default: 20]"),
+    click.option("--average-tau", type=float,
+                 help="Evaluate and export a Polyak average of the weights, moved this far "
+                      "towards them after each update (0: the current weights).  [default: 0]"),
     click.option("--checkpoint-every", type=int, help="Env steps between checkpoints."),
     click.option("--port", type=int, help="gRPC port (0: any free).  [default: 0]"),
     click.option("--sparsity", type=float,

@@ -93,6 +93,10 @@ class TrainConfig:
     publish_every: int = 1_000  # learner updates between policy broadcasts
     eval_every: int | None = None  # env steps between greedy evaluations
     eval_episodes: int = 20
+    # Evaluation and export on a Polyak average of the actor network's weights, moved this
+    # far towards the current ones after every update (0: the current weights). The actors
+    # explore with the current weights either way.
+    average_tau: float = 0.0
     checkpoint_every: int | None = None  # env steps between checkpoints
     port: int = 0  # gRPC port; 0 picks a free one
 
@@ -198,6 +202,11 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if not 0.0 <= self.average_tau < 1.0:
+            raise UserError("--average-tau must be in [0, 1) (0: no averaging)")
+        if self.average_tau > 0 and (self.is_sparse or max(self.sparsities.values()) > 0):
+            # an average of masked weights is not sparse: masks change as topologies evolve
+            raise UserError("--average-tau averages dense networks only: drop --sparsity")
         if self.buffer_threshold < 0:
             raise UserError("--buffer-threshold must not be negative")
         if not (math.isfinite(self.cpu_watts) and self.cpu_watts >= 0):

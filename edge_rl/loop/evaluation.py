@@ -29,26 +29,28 @@ class Evaluation:
         self.state, self.costs, self.board, self.clock = state, costs, board, clock
 
     def evaluate_now(self) -> EvalResult:
-        """Publish the current weights and evaluate that quantized policy greedily."""
-        self.publisher.publish()
-        policy = Policy(self.publisher.policy_file)
-        with self.costs.learner.part("evaluation"):
-            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
-        record = {
-            **result.as_dict(),
-            "env_steps": self.state.env_steps,
-            "updates": self.learner.updates,
-            "policy_version": policy.version,
-            "wall_seconds": self.clock.elapsed(),
-        }
-        self.state.evaluations.append(record)
-        self.clock.mark("first_evaluation")
-        self.state.last_eval = record
-        if self.state.best is None or record["mean"] > self.state.best["mean"]:
-            self.state.best = record
-            save_best_policy(self.config.run_dir / "best", policy.model, self.learner.save_actor,
-                             self.publisher.policy_calibration,
-                             self.replay.recent_observations(HOLDOUT_SIZE), record)
+        """Publish the current weights and evaluate that quantized policy greedily (with
+        --average-tau: the averaged weights, quantized the same way)."""
+        self.publisher.publish()  # the actors' next policy: always the current weights
+        with self.learner.averaged_weights():  # evaluated and kept as best: the average
+            policy = Policy(self.publisher.evaluated_policy())
+            with self.costs.learner.part("evaluation"):
+                result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes)
+            record = {
+                **result.as_dict(),
+                "env_steps": self.state.env_steps,
+                "updates": self.learner.updates,
+                "policy_version": policy.version,
+                "wall_seconds": self.clock.elapsed(),
+            }
+            self.state.evaluations.append(record)
+            self.clock.mark("first_evaluation")
+            self.state.last_eval = record
+            if self.state.best is None or record["mean"] > self.state.best["mean"]:
+                self.state.best = record
+                save_best_policy(self.config.run_dir / "best", policy.model,
+                                 self.learner.save_actor, self.publisher.policy_calibration,
+                                 self.replay.recent_observations(HOLDOUT_SIZE), record)
         scalars = {"eval/return_mean": result.mean, "eval/return_std": result.std}
         stability = late_run_stability([e["mean"] for e in self.state.evaluations])
         if stability["fraction"] is not None:  # the share of later evaluations at the best

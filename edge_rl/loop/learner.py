@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,14 @@ class Learner(core.Learner):
                 tf.TensorSpec([None, config.batch_size], tf.float32)])
         self.trace_seconds: list[float] = []  # per trace of the update loop: its call's time
         self._traces = 0  # Python in _train_loop runs only while TensorFlow traces it
-        self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers)
+        # --average-tau: a Polyak average of the actor network's weights, moved after every
+        # update; evaluation and export swap it in (averaged_weights), the actors never see it.
+        self._averaged: list[tf.Variable] = []
+        if config.average_tau > 0:
+            self._averaged = [tf.Variable(v, trainable=False)
+                              for v in self.built.actor_network.variables]
+        extra = {"averaged_actor": self._averaged} if self._averaged else {}
+        self._checkpoint = tf.train.Checkpoint(agent=self.agent, **self.built.optimizers, **extra)
         self._patchers: dict[str, Any] = {}  # precision -> PolicyPatcher, or None: convert
         self._saved_policy = None  # edge_rl.tf_policy.SavedPolicyWriter, for tf-fp32 actors
 
@@ -148,6 +156,7 @@ class Learner(core.Learner):
         def update(k, loss, td_errors):
             step = tf.nest.map_structure(lambda x: x[k], experience)
             info = self.agent.train(step, weights=weights[k])
+            self._move_average()
             return (k + 1, tf.cast(info.loss, tf.float32),
                     td_errors.write(k, tf.cast(info.extra.td_error, tf.float32)))
 
@@ -167,11 +176,45 @@ class Learner(core.Learner):
 
         def update(k, loss):
             step = tf.nest.map_structure(lambda x: x[k], experience)
-            return k + 1, tf.cast(self.agent.train(step).loss, tf.float32)
+            loss = self.agent.train(step).loss
+            self._move_average()
+            return k + 1, tf.cast(loss, tf.float32)
 
         count = tf.shape(experience.reward)[0]
         _, loss = tf.while_loop(lambda k, _: k < count, update, (tf.constant(0), 0.0))
         return loss
+
+    def _move_average(self) -> None:
+        """In the update loop, after an update: the averaged weights a step towards the new
+        ones. (The graph's automatic control dependencies order each read after the update's
+        writes to the same variable.)"""
+        if not self._averaged:
+            return
+        # Early on, a larger step, as tf.train.ExponentialMovingAverage's num_updates takes:
+        # 9 / (10 + n) after update n, so the average soon forgets the untrained weights
+        # it starts from, until tau is the larger (n = 8,990 at tau 0.001).
+        updates = tf.cast(self.agent.train_step_counter, tf.float32)
+        tau = tf.maximum(self.config.average_tau, 9.0 / (10.0 + updates))
+        for averaged, weights in zip(self._averaged, self.built.actor_network.variables,
+                                     strict=True):
+            averaged.assign_add(tau * (weights - averaged))
+
+    @contextlib.contextmanager
+    def averaged_weights(self) -> Iterator[None]:
+        """Within: the actor network holds the averaged weights (--average-tau; without it,
+        its own), so publishing and save_actor write the policy evaluation and export use."""
+        if not self._averaged:
+            yield
+            return
+        variables = self.built.actor_network.variables
+        current = [v.numpy() for v in variables]
+        for weights, averaged in zip(variables, self._averaged, strict=True):
+            weights.assign(averaged)
+        try:
+            yield
+        finally:
+            for weights, value in zip(variables, current, strict=True):
+                weights.assign(value)
 
     def update_topology(self, env_steps: int, batch: dict[str, np.ndarray],
                         groups: Collection[str] | None = None) -> list:

@@ -50,12 +50,7 @@ class Publisher:
             # The learner evaluates (and keeps as best) a policy file in every run; the
             # baseline's is fp32, the weights its TF-Agents actors act with.
             calibration = self.calibration()
-            model, _ = self.learner.publish(
-                "fp32" if baseline else self.config.actor_precision, calibration, version
-            )
-            if self.config.is_sparse:
-                # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
-                model = pack_policy(model, preset=PUBLISH_XZ_PRESET)
+            model = self.policy_from_weights(calibration, version)
             broadcast = self.learner.publish_tf_agents(version) if baseline else model
             seconds = time.perf_counter() - start
         self.state.policy_version = version
@@ -71,6 +66,26 @@ class Publisher:
         if not baseline and self.config.actor_precision != "fp32":
             checks = self.check_against_fp32(model, calibration, version)
             self.board.scalars(step, {f"policy/{name}": value for name, value in checks.items()})
+
+    def policy_from_weights(self, calibration: np.ndarray, version: int) -> bytes:
+        """The actor network's weights now as the policy file the learner evaluates."""
+        baseline = self.config.actor_precision == TF_BASELINE
+        model, _ = self.learner.publish(
+            "fp32" if baseline else self.config.actor_precision, calibration, version
+        )
+        if self.config.is_sparse:
+            # int8 zeros compress well: sparse policies travel xz-packed (a few ms here)
+            model = pack_policy(model, preset=PUBLISH_XZ_PRESET)
+        return model
+
+    def evaluated_policy(self) -> bytes:
+        """The policy file to evaluate: the last broadcast or, with --average-tau (called
+        inside learner.averaged_weights()), the averaged weights at its version and
+        calibration."""
+        if self.config.average_tau == 0:
+            return self.policy_file
+        with self.costs.learner.part("publishing"):
+            return self.policy_from_weights(self.policy_calibration, self.state.policy_version)
 
     def check_against_fp32(self, model: bytes, calibration: np.ndarray, version: int
                            ) -> dict[str, float]:

@@ -1,0 +1,120 @@
+"""--average-tau: evaluation and export on a Polyak average of the actor network's weights,
+the actors on the current ones."""
+
+import numpy as np
+import pytest
+from conftest import edge_rl, train
+from test_prioritized_replay import minibatches
+
+from edge_rl.config import TrainConfig
+from edge_rl.device.errors import UserError
+
+TAU = 0.7  # above 9 / (10 + n) from update 3 on: both steps are tested
+
+
+def learner_with_average(tau=TAU, replay_priority=0.0):
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+    from edge_rl.device.observations import vector
+    from edge_rl.loop.learner import Learner
+    from edge_rl.tf_setup import tf
+
+    tf.keras.utils.set_random_seed(0)
+    specs = (vector((4,)), {"kind": "discrete", "n": 2})
+    factory = get_algorithm("dqn")
+    config = resolve_defaults(factory, TrainConfig(steps=10_000, batch_size=8, average_tau=tau,
+                                                   replay_priority=replay_priority), *specs)
+    return Learner(factory, config, *specs)
+
+
+def weights(learner):
+    return [v.numpy().copy() for v in learner.built.actor_network.variables]
+
+
+@pytest.mark.parametrize("replay_priority", [0.0, 0.6])  # the plain and the weighted loop
+def test_the_average_moves_tau_towards_the_weights_after_every_update(replay_priority):
+    learner = learner_with_average(replay_priority=replay_priority)
+    train = learner.train_weighted if replay_priority else learner.train
+    expected = weights(learner)  # the average starts at the initial weights
+    batches = [minibatches(1, seed=0), minibatches(3, seed=1)]
+    for batch in batches:  # one update in a call, then three in one call
+        train(batch, len(batch["reward"]) // 8)
+    # the same updates one at a time on a twin, the average tracked by hand
+    twin = learner_with_average(replay_priority=replay_priority)
+    twin_train = twin.train_weighted if replay_priority else twin.train
+    for batch in batches:
+        for k in range(len(batch["reward"]) // 8):
+            twin_train({key: value[k * 8:(k + 1) * 8] for key, value in batch.items()}, 1)
+            tau = max(TAU, 9 / (10 + twin.updates))  # early updates: a larger step
+            expected = [a + tau * (w - a) for a, w in zip(expected, weights(twin), strict=True)]
+    current = weights(learner)
+    assert all(np.allclose(c, t, atol=1e-6) for c, t in zip(current, weights(twin), strict=True))
+    assert not all(np.allclose(c, e, atol=1e-4) for c, e in zip(current, expected, strict=True))
+    with learner.averaged_weights():
+        averaged = weights(learner)
+    assert all(np.allclose(a, e, atol=1e-6) for a, e in zip(averaged, expected, strict=True))
+    # and the network has its own weights back, exactly
+    assert all(np.array_equal(c, w) for c, w in zip(current, weights(learner), strict=True))
+
+
+def test_without_averaging_the_network_keeps_its_weights():
+    learner = learner_with_average(tau=0.0)
+    learner.train(minibatches(2), 2)
+    before = weights(learner)
+    with learner.averaged_weights():
+        inside = weights(learner)
+    assert all(np.array_equal(b, i) for b, i in zip(before, inside, strict=True))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"average_tau": 1.0}, "--average-tau must be in [0, 1)"),
+    ({"average_tau": -0.1}, "--average-tau must be in [0, 1)"),
+    ({"average_tau": 0.01, "sparsity": 0.9}, "dense networks only"),
+])
+def test_an_average_no_run_can_take_is_refused(changes, message):
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        TrainConfig(**changes).validate()
+
+
+def test_the_cli_refuses_a_bad_average_in_one_line(tmp_path):
+    result = edge_rl("train", "--out", tmp_path / "run", "--average-tau", "2")
+    assert result.returncode == 2
+    assert "--average-tau must be in [0, 1)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_run_evaluates_and_keeps_the_average_and_resumes_it(tmp_path):
+    """A real run with --average-tau: its checkpoint keeps the average; an evaluation keeps the
+    averaged weights as the best (what export converts) while the actors' stay current."""
+    from edge_rl.loop.train import Training
+    from edge_rl.runs.checkpoint import latest_checkpoint
+    from edge_rl.tf_setup import tf
+
+    out = tmp_path / "run"
+    train(out, "--average-tau", "0.01", "--steps", "3000", "--eval-every", "5000",
+          "--eval-episodes", "5", "--no-carbon")
+    config = TrainConfig.load(out / "config.json")
+    assert config.average_tau == 0.01
+    resumed = Training(config.replace(steps=6000), resume=True)
+    learner = resumed.learner
+    reader = tf.train.load_checkpoint(str(latest_checkpoint(out / "checkpoints") / "agent"))
+    saved = sorted(name for name in reader.get_variable_to_shape_map()
+                   if name.startswith("averaged_actor/") and "OPTIMIZER" not in name)
+    assert len(saved) == len(weights(learner))
+    with learner.averaged_weights():
+        restored_average = weights(learner)
+    by_shape = {reader.get_tensor(name).shape: reader.get_tensor(name) for name in saved}
+    assert all(np.array_equal(a, by_shape[a.shape]) for a in restored_average
+               if list(map(np.shape, restored_average)).count(a.shape) == 1)
+    resumed.state.env_steps += 400
+    assert resumed.train_chunk() > 0
+    with learner.averaged_weights():
+        average = weights(learner)
+    current = weights(learner)
+    resumed.state.best = None  # so this evaluation is kept as the best
+    resumed.evaluate_now()
+    assert all(np.array_equal(c, w) for c, w in zip(current, weights(learner), strict=True))
+    learner.restore_actor(out / "best")
+    kept = weights(learner)
+    assert all(np.allclose(k, a) for k, a in zip(kept, average, strict=True))
+    assert not all(np.allclose(k, c) for k, c in zip(kept, current, strict=True))
