@@ -15,6 +15,7 @@ No TensorFlow here: the device side imports this module.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,11 @@ class Learner(ABC):
     @abstractmethod
     def save_actor(self, directory: Path) -> None:
         """Write the exported network's weights alone (the best policy so far)."""
+
+    @abstractmethod
+    def averaged_weights(self) -> AbstractContextManager[None]:
+        """Within it, the actor network holds the weights evaluation and export use: a Polyak
+        average with --average-tau, else its own."""
 
 
 class ReplayBuffer(ABC):

@@ -176,9 +176,9 @@ class Learner(core.Learner):
 
         def update(k, loss):
             step = tf.nest.map_structure(lambda x: x[k], experience)
-            loss = self.agent.train(step).loss
+            new_loss = self.agent.train(step).loss
             self._move_average()
-            return k + 1, tf.cast(loss, tf.float32)
+            return k + 1, tf.cast(new_loss, tf.float32)
 
         count = tf.shape(experience.reward)[0]
         _, loss = tf.while_loop(lambda k, _: k < count, update, (tf.constant(0), 0.0))
