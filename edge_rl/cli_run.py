@@ -74,6 +74,9 @@ RUN_OPTIONS = [
     click.option("--average-tau", type=float,
                  help="Evaluate and export a Polyak average of the weights, moved this far "
                       "towards them after each update (0: the current weights).  [default: 0]"),
+    click.option("--average-window", type=float,
+                 help="With --average-tau: early on, the share of the updates so far the "
+                      "average covers, until tau is the larger step.  [default: 0.1]"),
     click.option("--checkpoint-every", type=int, help="Env steps between checkpoints."),
     click.option("--port", type=int, help="gRPC port (0: any free).  [default: 0]"),
     click.option("--sparsity", type=float,

@@ -97,6 +97,9 @@ class TrainConfig:
     # far towards the current ones after every update (0: the current weights). The actors
     # explore with the current weights either way.
     average_tau: float = 0.0
+    # Early on, while it is the larger step, the average covers about this share of the
+    # updates so far: it moves by k / (k + 1 + n) after update n, k = 1 / share - 1.
+    average_window: float = 0.1
     checkpoint_every: int | None = None  # env steps between checkpoints
     port: int = 0  # gRPC port; 0 picks a free one
 
@@ -207,6 +210,10 @@ class TrainConfig:
         if self.average_tau > 0 and (self.is_sparse or max(self.sparsities.values()) > 0):
             # an average of masked weights is not sparse: masks change as topologies evolve
             raise UserError("--average-tau averages dense networks only: drop --sparsity")
+        if not 0.0 < self.average_window <= 0.5:  # 0.5: every update weighs the same
+            raise UserError("--average-window must be in (0, 0.5]")
+        if self.average_window != 0.1 and self.average_tau == 0:
+            raise UserError("--average-window sets the average of --average-tau: give both")
         if self.buffer_threshold < 0:
             raise UserError("--buffer-threshold must not be negative")
         if not (math.isfinite(self.cpu_watts) and self.cpu_watts >= 0):

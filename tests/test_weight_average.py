@@ -1,6 +1,8 @@
 """--average-tau: evaluation and export on a Polyak average of the actor network's weights,
 the actors on the current ones."""
 
+import re
+
 import numpy as np
 import pytest
 from conftest import edge_rl, train
@@ -12,7 +14,7 @@ from edge_rl.device.errors import UserError
 TAU = 0.7  # above 9 / (10 + n) from update 3 on: both steps are tested
 
 
-def learner_with_average(tau=TAU, replay_priority=0.0):
+def learner_with_average(tau=TAU, replay_priority=0.0, window=0.1):
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.device.observations import vector
@@ -23,6 +25,7 @@ def learner_with_average(tau=TAU, replay_priority=0.0):
     specs = (vector((4,)), {"kind": "discrete", "n": 2})
     factory = get_algorithm("dqn")
     config = resolve_defaults(factory, TrainConfig(steps=10_000, batch_size=8, average_tau=tau,
+                                                   average_window=window,
                                                    replay_priority=replay_priority), *specs)
     return Learner(factory, config, *specs)
 
@@ -31,22 +34,27 @@ def weights(learner):
     return [v.numpy().copy() for v in learner.built.actor_network.variables]
 
 
-@pytest.mark.parametrize("replay_priority", [0.0, 0.6])  # the plain and the weighted loop
-def test_the_average_moves_tau_towards_the_weights_after_every_update(replay_priority):
-    learner = learner_with_average(replay_priority=replay_priority)
+@pytest.mark.parametrize("replay_priority, tau, window", [
+    (0.0, TAU, 0.1), (0.6, TAU, 0.1),  # the plain and the weighted loop
+    (0.0, 0.01, 0.25),  # a longer window: 3 / (4 + n) on every update here
+])
+def test_the_average_moves_tau_towards_the_weights_after_every_update(replay_priority, tau,
+                                                                      window):
+    learner = learner_with_average(tau, replay_priority, window)
     train = learner.train_weighted if replay_priority else learner.train
     expected = weights(learner)  # the average starts at the initial weights
     batches = [minibatches(1, seed=0), minibatches(3, seed=1)]
     for batch in batches:  # one update in a call, then three in one call
         train(batch, len(batch["reward"]) // 8)
     # the same updates one at a time on a twin, the average tracked by hand
-    twin = learner_with_average(replay_priority=replay_priority)
+    twin = learner_with_average(tau, replay_priority, window)
     twin_train = twin.train_weighted if replay_priority else twin.train
     for batch in batches:
         for k in range(len(batch["reward"]) // 8):
             twin_train({key: value[k * 8:(k + 1) * 8] for key, value in batch.items()}, 1)
-            tau = max(TAU, 9 / (10 + twin.updates))  # early updates: a larger step
-            expected = [a + tau * (w - a) for a, w in zip(expected, weights(twin), strict=True)]
+            k = 1 / window - 1  # early updates: a larger step, k / (k + 1 + n)
+            step = max(tau, k / (k + 1 + twin.updates))
+            expected = [a + step * (w - a) for a, w in zip(expected, weights(twin), strict=True)]
     current = weights(learner)
     assert all(np.allclose(c, t, atol=1e-6) for c, t in zip(current, weights(twin), strict=True))
     assert not all(np.allclose(c, e, atol=1e-4) for c, e in zip(current, expected, strict=True))
@@ -70,9 +78,12 @@ def test_without_averaging_the_network_keeps_its_weights():
     ({"average_tau": 1.0}, "--average-tau must be in [0, 1)"),
     ({"average_tau": -0.1}, "--average-tau must be in [0, 1)"),
     ({"average_tau": 0.01, "sparsity": 0.9}, "dense networks only"),
+    ({"average_tau": 0.01, "average_window": 0.0}, "--average-window must be in (0, 0.5]"),
+    ({"average_tau": 0.01, "average_window": 0.6}, "--average-window must be in (0, 0.5]"),
+    ({"average_window": 0.25}, "give both"),
 ])
 def test_an_average_no_run_can_take_is_refused(changes, message):
-    with pytest.raises(UserError, match=message.replace("[", r"\[").replace(")", r"\)")):
+    with pytest.raises(UserError, match=re.escape(message)):
         TrainConfig(**changes).validate()
 
 

@@ -191,10 +191,13 @@ class Learner(core.Learner):
         if not self._averaged:
             return
         # Early on, a larger step, as tf.train.ExponentialMovingAverage's num_updates takes:
-        # 9 / (10 + n) after update n, so the average soon forgets the untrained weights
-        # it starts from, until tau is the larger (n = 8,990 at tau 0.001).
+        # k / (k + 1 + n) after update n weighs update i about as i^(k-1), an average over
+        # about the last 1 / (k + 1) of the updates (--average-window; 9 / (10 + n) at its
+        # 0.1), so the average soon forgets the untrained weights it starts from, until tau
+        # is the larger (n = 8,990 at tau 0.001 and window 0.1).
+        k = 1.0 / self.config.average_window - 1.0
         updates = tf.cast(self.agent.train_step_counter, tf.float32)
-        tau = tf.maximum(self.config.average_tau, 9.0 / (10.0 + updates))
+        tau = tf.maximum(self.config.average_tau, k / (k + 1.0 + updates))
         for averaged, weights in zip(self._averaged, self.built.actor_network.variables,
                                      strict=True):
             averaged.assign_add(tau * (weights - averaged))
