@@ -97,6 +97,8 @@ class DQN:
         # (0.0002) held Acrobot-v1 within 10% of its best on 13 of 20 runs where the current
         # weights of the same runs held on 1, short of the bar's 8 of 10, and the averaged
         # policy solved CartPole later on each of 5 seeds (docs/learning.md, session 61).
+        # Evaluating it on 500 episodes or averaging a quarter of the updates
+        # (--average-window 0.25) held on no more runs (session 62): the policy still drifts.
         "checkpoint_every": 25_000,
     }
     # 1-step targets on images, as the Nature DQN (Mnih et al., 2015) and the MinAtar paper's
