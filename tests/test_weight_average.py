@@ -49,11 +49,11 @@ def test_the_average_moves_tau_towards_the_weights_after_every_update(replay_pri
     # the same updates one at a time on a twin, the average tracked by hand
     twin = learner_with_average(tau, replay_priority, window)
     twin_train = twin.train_weighted if replay_priority else twin.train
+    early = 1 / window - 1  # early updates: a larger step, early / (early + 1 + n)
     for batch in batches:
         for k in range(len(batch["reward"]) // 8):
             twin_train({key: value[k * 8:(k + 1) * 8] for key, value in batch.items()}, 1)
-            k = 1 / window - 1  # early updates: a larger step, k / (k + 1 + n)
-            step = max(tau, k / (k + 1 + twin.updates))
+            step = max(tau, early / (early + 1 + twin.updates))
             expected = [a + step * (w - a) for a, w in zip(expected, weights(twin), strict=True)]
     current = weights(learner)
     assert all(np.allclose(c, t, atol=1e-6) for c, t in zip(current, weights(twin), strict=True))
