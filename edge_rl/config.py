@@ -94,9 +94,10 @@ class TrainConfig:
     eval_every: int | None = None  # env steps between greedy evaluations
     eval_episodes: int = 20
     # Evaluation and export on a Polyak average of the actor network's weights, moved this
-    # far towards the current ones after every update (0: the current weights). The actors
-    # explore with the current weights either way.
-    average_tau: float = 0.0
+    # far towards the current ones after every update (0: the current weights; None: the
+    # algorithm's default, 0 for sparse networks). The actors explore with the current
+    # weights either way.
+    average_tau: float | None = None
     # Early on, while it is the larger step, the average covers about this share of the
     # updates so far: it moves by k / (k + 1 + n) after update n, k = 1 / share - 1.
     average_window: float = 0.1
@@ -205,15 +206,17 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
-        if not 0.0 <= self.average_tau < 1.0:
-            raise UserError("--average-tau must be in [0, 1) (0: no averaging)")
-        if self.average_tau > 0 and (self.is_sparse or max(self.sparsities.values()) > 0):
-            # an average of masked weights is not sparse: masks change as topologies evolve
-            raise UserError("--average-tau averages dense networks only: drop --sparsity")
+        if self.average_tau is not None:
+            if not 0.0 <= self.average_tau < 1.0:
+                raise UserError("--average-tau must be in [0, 1) (0: no averaging)")
+            if self.average_tau > 0 and (self.is_sparse or max(self.sparsities.values()) > 0):
+                # an average of masked weights is not sparse: masks change as topologies evolve
+                raise UserError("--average-tau averages dense networks only: drop --sparsity")
         if not 0.0 < self.average_window <= 0.5:  # 0.5: every update weighs the same
             raise UserError("--average-window must be in (0, 0.5]")
         if self.average_window != 0.1 and self.average_tau == 0:
-            raise UserError("--average-window sets the average of --average-tau: give both")
+            raise UserError("--average-window sets the average of --average-tau, which is 0 "
+                            "here: give both")
         if self.buffer_threshold < 0:
             raise UserError("--buffer-threshold must not be negative")
         if not (math.isfinite(self.cpu_watts) and self.cpu_watts >= 0):

@@ -80,11 +80,42 @@ def test_without_averaging_the_network_keeps_its_weights():
     ({"average_tau": 0.01, "sparsity": 0.9}, "dense networks only"),
     ({"average_tau": 0.01, "average_window": 0.0}, "--average-window must be in (0, 0.5]"),
     ({"average_tau": 0.01, "average_window": 0.6}, "--average-window must be in (0, 0.5]"),
-    ({"average_window": 0.25}, "give both"),
+    ({"average_tau": 0.0, "average_window": 0.25}, "give both"),
 ])
 def test_an_average_no_run_can_take_is_refused(changes, message):
     with pytest.raises(UserError, match=re.escape(message)):
         TrainConfig(**changes).validate()
+
+
+def test_dqn_averages_dense_vector_networks_by_default():
+    """DQN's default on vectors evaluates and exports an average (docs/learning.md, rule 8);
+    on images, on sparse networks and their --tiny match, for the other algorithms and when
+    --average-tau is given, it does not. --average-window alone is refused where that leaves
+    no average."""
+    from edge_rl.agents import get_algorithm
+    from edge_rl.algorithm import resolve_defaults
+    from edge_rl.device.envs import describe_env
+    from edge_rl.device.observations import vector
+
+    dqn, cartpole = get_algorithm("dqn"), vector((4,))
+    def resolved_tau(config, observation=cartpole, factory=dqn):
+        return resolve_defaults(factory, config, observation).average_tau
+
+    assert resolved_tau(TrainConfig()) == 0.0002
+    assert resolved_tau(TrainConfig(average_tau=0.0)) == 0.0
+    assert resolved_tau(TrainConfig(average_tau=0.001)) == 0.001
+    assert resolved_tau(TrainConfig(sparsity=0.9)) == 0.0
+    tiny = resolve_defaults(dqn, TrainConfig(sparsity=0.9, tiny=True), cartpole,
+                            {"kind": "discrete", "n": 2})
+    assert tiny.topology == "dense" and tiny.average_tau == 0.0
+    pixels = describe_env("EdgeRL/BrightPatch-v0")[0]
+    assert resolved_tau(TrainConfig(env="EdgeRL/BrightPatch-v0"), pixels) == 0.0
+    assert resolved_tau(TrainConfig(algo="td3", env="Pendulum-v1"), None,
+                        get_algorithm("td3")) == 0.0
+    resolve_defaults(dqn, TrainConfig(average_window=0.25), cartpole).validate()
+    with pytest.raises(UserError, match="give both"):
+        resolve_defaults(get_algorithm("td3"), TrainConfig(
+            algo="td3", env="Pendulum-v1", average_window=0.25)).validate()
 
 
 def test_the_cli_refuses_a_bad_average_in_one_line(tmp_path):

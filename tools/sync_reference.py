@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> dict:
         if env_steps % config.eval_every == 0 or env_steps == config.steps:
             version += 1
             rows = replay.recent_observations(CALIBRATION_ROWS)
-            policy_file, _ = learner.publish("fp32", rows if len(rows) else fallback, version)
+            with learner.averaged_weights():  # with --average-tau, as edge-rl evaluates
+                policy_file, _ = learner.publish("fp32", rows if len(rows) else fallback, version)
             result = evaluate(Policy(policy_file), config.env, episodes=config.eval_episodes)
             evaluations.append({"env_steps": env_steps, "mean": result.mean,
                                 "wall_seconds": round(time.perf_counter() - start, 2)})
