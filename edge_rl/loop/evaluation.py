@@ -56,6 +56,7 @@ class Evaluation:
         if stability["fraction"] is not None:  # the share of later evaluations at the best
             scalars["eval/late_run_stability"] = stability["fraction"]
         self.board.scalars(self.state.env_steps, scalars)
-        log.info("eval at %d steps: return %.1f ± %.1f (policy v%d)",
-                 self.state.env_steps, result.mean, result.std, policy.version)
+        averaged = ", the averaged weights" if self.config.average_tau else ""
+        log.info("eval at %d steps: return %.1f ± %.1f (policy v%d%s)",
+                 self.state.env_steps, result.mean, result.std, policy.version, averaged)
         return result
