@@ -238,6 +238,8 @@ class TrainConfig:
         doc = dict(doc)
         if "replay_priority" not in doc and doc.get("nstep") is not None:
             doc["replay_priority"] = 0.0  # resolved before prioritized replay: it ran uniform
+        if "average_tau" not in doc and doc.get("nstep") is not None:
+            doc["average_tau"] = 0.0  # resolved before the average: the current weights
         options = doc.get("algo_options") or {}
         if doc.get("algo", "dqn") == "dqn" and doc.get("nstep") is not None and options \
                 and "atoms" not in options:  # resolved before C51: its network was dueling

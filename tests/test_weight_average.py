@@ -87,11 +87,13 @@ def test_an_average_no_run_can_take_is_refused(changes, message):
         TrainConfig(**changes).validate()
 
 
-def test_dqn_averages_dense_vector_networks_by_default():
+def test_dqn_averages_dense_vector_networks_by_default(tmp_path):
     """DQN's default on vectors evaluates and exports an average (docs/learning.md, rule 8);
-    on images, on sparse networks and their --tiny match, for the other algorithms and when
-    --average-tau is given, it does not. --average-window alone is refused where that leaves
-    no average."""
+    on images, on sparse networks and their --tiny match, for the other algorithms, for a run
+    saved before the average existed and when --average-tau is given, it does not.
+    --average-window alone is refused where that leaves no average."""
+    import json
+
     from edge_rl.agents import get_algorithm
     from edge_rl.algorithm import resolve_defaults
     from edge_rl.device.envs import describe_env
@@ -112,6 +114,12 @@ def test_dqn_averages_dense_vector_networks_by_default():
     assert resolved_tau(TrainConfig(env="EdgeRL/BrightPatch-v0"), pixels) == 0.0
     assert resolved_tau(TrainConfig(algo="td3", env="Pendulum-v1"), None,
                         get_algorithm("td3")) == 0.0
+    # a run saved before the average existed evaluated its current weights, and its
+    # checkpoints hold no average: resumed or exported, it keeps to that
+    saved = resolve_defaults(dqn, TrainConfig(), cartpole).to_dict()
+    del saved["average_tau"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert TrainConfig.load(tmp_path).average_tau == 0.0
     resolve_defaults(dqn, TrainConfig(average_window=0.25), cartpole).validate()
     with pytest.raises(UserError, match="give both"):
         resolve_defaults(get_algorithm("td3"), TrainConfig(
