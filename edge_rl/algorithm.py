@@ -286,11 +286,9 @@ def _resolve_algorithm(factory: AgentFactory, config: TrainConfig,
         field_defaults.update(getattr(factory, "image_defaults", {}))
     changes = {name: value for name, value in field_defaults.items()
                if getattr(config, name) is None}
-    if config.average_tau is None:
-        # the algorithm's average, on dense networks only (an average of masked weights is not
-        # sparse: config.validate); --tiny, a sparse network's dense match, keeps 0 with it
-        sparse = config.is_sparse or max(config.sparsities.values()) > 0
-        changes["average_tau"] = 0.0 if sparse else changes.get("average_tau", 0.0)
+    if config.average_tau is None:  # the algorithm's average, where one can apply
+        changes["average_tau"] = (changes.get("average_tau", 0.0)
+                                  if config.can_average else 0.0)
     priority = changes.get("replay_priority", config.replay_priority)
     if priority is None:
         changes["replay_priority"] = 0.0

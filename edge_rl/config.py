@@ -158,6 +158,13 @@ class TrainConfig:
         critic = self.sparsity if self.critic_sparsity is None else self.critic_sparsity
         return {"actor": self.sparsity, "critic": critic}
 
+    @property
+    def can_average(self) -> bool:
+        """--average-tau can apply: no sparsity given (--tiny's dense match included) and no
+        networks wrapped for pruning. An average of masked weights is not sparse: masks change
+        as topologies evolve."""
+        return not (self.is_sparse or max(self.sparsities.values()) > 0)
+
     def validate(self) -> None:
         """A one-line UserError for a setting no run can take. Fields still at None (the
         algorithm's defaults, not yet resolved) pass, so a run checks its flags before
@@ -209,8 +216,7 @@ class TrainConfig:
         if self.average_tau is not None:
             if not 0.0 <= self.average_tau < 1.0:
                 raise UserError("--average-tau must be in [0, 1) (0: no averaging)")
-            if self.average_tau > 0 and (self.is_sparse or max(self.sparsities.values()) > 0):
-                # an average of masked weights is not sparse: masks change as topologies evolve
+            if self.average_tau > 0 and not self.can_average:
                 raise UserError("--average-tau averages dense networks only: drop --sparsity")
         if not 0.0 < self.average_window <= 0.5:  # 0.5: every update weighs the same
             raise UserError("--average-window must be in (0, 0.5]")
