@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,8 @@ def train(ctx: click.Context, resume: bool, config_file: str | None, **flags) ->
 @cli.command()
 @click.argument("names", nargs=-1)
 def algorithms(names: tuple[str, ...]) -> None:
-    """The algorithms (or those NAMES) and their own options, with defaults."""
+    """The algorithms (or those NAMES): the training flags they set, and their own options,
+    with defaults."""
     from edge_rl.agents import algorithm_names, get_algorithm
     from edge_rl.algorithm import option_flags
 
@@ -83,8 +85,24 @@ def algorithms(names: tuple[str, ...]) -> None:
         defaults = dataclasses.asdict(factory.Options())
         kinds = " and ".join(sorted(factory.action_kinds))
         click.echo(f"{factory.name} ({kinds} actions)")
+        click.echo(_as_flags("  sets: ", factory.defaults))
+        on_images = {**getattr(factory, "image_defaults", {}),
+                     **getattr(factory, "image_options", {})}
+        if on_images:
+            click.echo(_as_flags("  on images: ", on_images))
         for flag, (field, _, help_text) in option_flags(factory).items():
             click.echo(f"  {flag} [{defaults[field]}]  {help_text}")
+
+
+def _as_flags(heading: str, values: dict[str, Any]) -> str:
+    """`values` as the flags that would set them (--hidden=64,64 --learning-rate=0.001),
+    wrapped under `heading`."""
+    flags = [f"--{name.replace('_', '-')}="
+             + (",".join(map(str, value)) if isinstance(value, tuple) else str(value))
+             for name, value in values.items()]
+    return textwrap.fill(" ".join(flags), 79, initial_indent=heading,
+                         subsequent_indent=" " * len(heading), break_on_hyphens=False,
+                         break_long_words=False)
 
 
 @cli.command(context_settings=ALGORITHM_FLAGS, epilog=ALGORITHM_EPILOG)

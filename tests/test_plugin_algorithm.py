@@ -3,6 +3,7 @@ edge_rl.agents.register, runs the whole way: training with int8 actors, export, 
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -53,3 +54,42 @@ def test_no_module_of_edge_rl_names_the_plugin():
     sources = [*(root / "edge_rl").rglob("*.py"), *(root / "device").rglob("*.py"),
                *(root / "converters").rglob("*.py")]
     assert sources and not [p for p in sources if "fitted" in p.read_text().lower()]
+
+
+def listed_flags(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    """`edge-rl algorithms`' output as {(algorithm, "sets" or "on images"): {flag: value}}."""
+    blocks: dict[tuple[str, str], dict[str, str]] = {}
+    algorithm, current = "", None
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            algorithm, current = line.split(" (")[0], None
+            continue
+        if line.startswith(("  sets: ", "  on images: ")):
+            heading, line = line.strip().split(": ", 1)
+            current = blocks.setdefault((algorithm, heading), {})
+        elif not line.startswith("   "):  # an option of the algorithm's own
+            current = None
+        if current is not None:
+            current.update(flag.split("=", 1) for flag in line.split())
+    return blocks
+
+
+def test_algorithms_lists_the_flags_each_sets_a_registered_one_too():
+    """`edge-rl algorithms` shows what an algorithm sets that `edge-rl train` would otherwise
+    leave to the user (learning rate, updates per step, ...), and what it sets on images, as
+    flags train takes; a registered algorithm's as well."""
+    listed = run("algorithms", "dqn", "td3", ALGO)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    blocks = listed_flags(listed.stdout)
+    dqn = blocks[("dqn", "sets")]
+    assert dqn["--hidden"] == "64,64" and dqn["--updates-per-step"] == "0.25", dqn
+    assert dqn["--average-tau"] == "0.0002" and dqn["--nstep"] == "3", dqn
+    images = blocks[("dqn", "on images")]
+    assert images["--nstep"] == "1" and images["--atoms"] == "0", images
+    assert ("td3", "sets") in blocks and ("td3", "on images") not in blocks, blocks
+    assert blocks[("fitted-q", "sets")]["--learning-rate"] == "0.0005", blocks
+    # each flag is one of `edge-rl train`'s or, like --atoms, of the algorithm's own options
+    train_help = run("train", "--help").stdout
+    takes = set(re.findall(r"^\s+(--[a-z0-9-]+)", train_help + listed.stdout, re.MULTILINE))
+    flags = {flag for block in blocks.values() for flag in block}
+    assert {"--hidden", "--atoms"} <= takes and flags <= takes, flags - takes
