@@ -14,6 +14,9 @@ from edge_rl.device.observations import describe_observations
 from edge_rl.device.policy import Policy
 
 EVAL_SEED = 1_000_000  # episode i of an evaluation resets with EVAL_SEED + i
+# Episodes a run's kept policy was not chosen on: the best of many evaluations on the same
+# episodes flatters the policy that did best on them, so its return is measured again here.
+HELDOUT_SEED = 2_000_000
 
 
 @dataclass(frozen=True)

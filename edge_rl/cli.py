@@ -55,9 +55,12 @@ def report_summary(summary: dict) -> None:
     best = summary["best_return"]
     click.echo(json.dumps(summary, indent=2))
     if best:
+        heldout = summary.get("best_return_heldout")
+        elsewhere = (f", {heldout['mean']:.1f} ± {heldout['std']:.1f} on as many other episodes"
+                     if heldout else "")
         click.echo(
             f"best greedy return {best['mean']:.1f} ± {best['std']:.1f} "
-            f"({best['episodes']} episodes); policy: {summary['policy_file']}"
+            f"({best['episodes']} episodes{elsewhere}); policy: {summary['policy_file']}"
         )
 
 

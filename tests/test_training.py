@@ -11,6 +11,7 @@ from conftest import edge_rl, train
 
 from edge_rl.converters import weight_dtypes
 from edge_rl.device import load_policy
+from edge_rl.device.evaluate import EVAL_SEED
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +85,22 @@ def test_eval_of_the_exported_policy_confirms_the_return(dqn_run):
     assert result.returncode == 0, result.stderr
     mean = float(result.stdout.split("return: ")[1].split()[0])
     assert mean == pytest.approx(summary["best_return"]["mean"], abs=1e-6)
+
+
+def test_the_summary_gives_the_kept_policy_on_other_episodes(dqn_run):
+    """The best of a run's evaluations, all on the same episodes, flatters the policy it keeps;
+    the summary also gives that policy's return on as many episodes from other seeds, which
+    `edge-rl eval --seed` repeats."""
+    out, summary = dqn_run
+    best, heldout = summary["best_return"], summary["best_return_heldout"]
+    assert heldout["episodes"] == best["episodes"] == 20, heldout
+    assert heldout["policy_version"] == best["policy_version"], heldout
+    assert abs(heldout["seed"] - EVAL_SEED) >= heldout["episodes"], heldout  # none in common
+    result = edge_rl("eval", out / "policy.tflite", "--episodes", "20", "--seed",
+                     heldout["seed"])
+    assert result.returncode == 0, result.stderr
+    mean = float(result.stdout.split("return: ")[1].split()[0])
+    assert mean == pytest.approx(heldout["mean"], abs=1e-6)
 
 
 def test_export_int8_agrees_with_fp32_and_fp16_has_float16_weights(dqn_run, tmp_path):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from edge_rl import core
 from edge_rl.config import TrainConfig
-from edge_rl.device.evaluate import EvalResult, evaluate
+from edge_rl.device.evaluate import HELDOUT_SEED, EvalResult, evaluate
 from edge_rl.device.policy import Policy
 from edge_rl.loop.progress import Board, RunClock
 from edge_rl.loop.publishing import Publisher
@@ -60,3 +61,15 @@ class Evaluation:
         log.info("eval at %d steps: return %.1f ± %.1f (policy v%d%s)",
                  self.state.env_steps, result.mean, result.std, policy.version, averaged)
         return result
+
+    def on_other_episodes(self, policy_file: Path) -> dict:
+        """The kept policy's greedy return on as many episodes again, started from other seeds
+        (HELDOUT_SEED): an estimate of its return that its selection did not favour."""
+        policy = Policy(policy_file.read_bytes())
+        with self.costs.learner.part("evaluation"):
+            result = evaluate(policy, self.config.env, episodes=self.config.eval_episodes,
+                              seed=HELDOUT_SEED)
+        log.info("the kept policy (v%d) on %d other episodes: return %.1f ± %.1f",
+                 policy.version, len(result.returns), result.mean, result.std)
+        self.board.scalars(self.state.env_steps, {"eval/kept_policy_other_episodes": result.mean})
+        return {**result.as_dict(), "seed": HELDOUT_SEED, "policy_version": policy.version}

@@ -352,7 +352,10 @@ class Training:
         exported = self.run_dir / "policy.tflite"
         if best.is_file():
             write_bytes(exported, best.read_bytes())
-        summary = run_summary(self, exported if exported.is_file() else None)
+        heldout = None
+        if exported.is_file() and not interrupted:  # Ctrl-C: stop now, not after more episodes
+            heldout = self.evaluation.on_other_episodes(exported)
+        summary = run_summary(self, exported if exported.is_file() else None, heldout)
         self.costs.stop()
         write_json(self.run_dir / "summary.json", summary)
         self.board.close()

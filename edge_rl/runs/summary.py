@@ -27,8 +27,10 @@ class FinishedRun(Protocol):
     ingest: Any  # log: bytes_written, syncs
 
 
-def run_summary(training: FinishedRun, policy_file: Path | None) -> dict[str, Any]:
-    """The run's results and costs, from a run that has stopped."""
+def run_summary(training: FinishedRun, policy_file: Path | None,
+                heldout: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's results and costs, from a run that has stopped; `heldout`: the kept policy's
+    return on episodes it was not chosen on (Evaluation.on_other_episodes), if measured."""
     seconds = training.clock.elapsed()
     summary = {
         "algo": training.config.algo,
@@ -43,6 +45,9 @@ def run_summary(training: FinishedRun, policy_file: Path | None) -> dict[str, An
         "policies_published": training.state.policies_published,
         "final_return": training.state.last_eval,
         "best_return": training.state.best,
+        # the best of many evaluations on the same episodes flatters the kept policy; this is
+        # its return on others
+        "best_return_heldout": heldout,
         "policy_file": str(policy_file) if policy_file else None,
         "stop_reason": training.stop_reason,
         "publish_seconds": round(training.costs.learner_seconds()["publishing"], 3),
