@@ -276,6 +276,11 @@ def _resolve_sparse(factory: AgentFactory, config: TrainConfig,
     return config.replace(**changes)
 
 
+# What a sparse run (--sparsity, or --tiny's dense match of one) changes in an algorithm's
+# defaults: an average of masked weights is not sparse (TrainConfig.can_average).
+SPARSE_DEFAULTS = {"average_tau": 0.0}
+
+
 def _resolve_algorithm(factory: AgentFactory, config: TrainConfig,
                        observation: ObservationSpec | None) -> TrainConfig:
     if config.actor_precision == TF_BASELINE and not factory.tf_agents_baseline:
@@ -288,7 +293,7 @@ def _resolve_algorithm(factory: AgentFactory, config: TrainConfig,
                if getattr(config, name) is None}
     if config.average_tau is None:  # the algorithm's average, where one can apply
         changes["average_tau"] = (changes.get("average_tau", 0.0)
-                                  if config.can_average else 0.0)
+                                  if config.can_average else SPARSE_DEFAULTS["average_tau"])
     priority = changes.get("replay_priority", config.replay_priority)
     if priority is None:
         changes["replay_priority"] = 0.0

@@ -81,7 +81,7 @@ def algorithms(names: tuple[str, ...]) -> None:
     """The algorithms (or those NAMES): the training flags they set, and their own options,
     with defaults."""
     from edge_rl.agents import algorithm_names, get_algorithm
-    from edge_rl.algorithm import option_flags
+    from edge_rl.algorithm import SPARSE_DEFAULTS, option_flags
 
     for name in names or algorithm_names():
         factory = get_algorithm(name)
@@ -89,6 +89,10 @@ def algorithms(names: tuple[str, ...]) -> None:
         kinds = " and ".join(sorted(factory.action_kinds))
         click.echo(f"{factory.name} ({kinds} actions)")
         click.echo(_as_flags("  sets: ", factory.defaults))
+        when_sparse = {name: value for name, value in SPARSE_DEFAULTS.items()
+                       if factory.defaults.get(name, value) != value}
+        if when_sparse:
+            click.echo(_as_flags("  sparse (--sparsity, --tiny): ", when_sparse))
         on_images = {**getattr(factory, "image_defaults", {}),
                      **getattr(factory, "image_options", {})}
         if on_images:

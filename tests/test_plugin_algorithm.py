@@ -57,14 +57,15 @@ def test_no_module_of_edge_rl_names_the_plugin():
 
 
 def listed_flags(text: str) -> dict[tuple[str, str], dict[str, str]]:
-    """`edge-rl algorithms`' output as {(algorithm, "sets" or "on images"): {flag: value}}."""
+    """`edge-rl algorithms`' output as {(algorithm, "sets", "on images" or "sparse (...)"):
+    {flag: value}}."""
     blocks: dict[tuple[str, str], dict[str, str]] = {}
     algorithm, current = "", None
     for line in text.splitlines():
         if not line.startswith(" "):
             algorithm, current = line.split(" (")[0], None
             continue
-        if line.startswith(("  sets: ", "  on images: ")):
+        if line.startswith(("  sets: ", "  on images: ", "  sparse (--sparsity, --tiny): ")):
             heading, line = line.strip().split(": ", 1)
             current = blocks.setdefault((algorithm, heading), {})
         elif not line.startswith("   "):  # an option of the algorithm's own
@@ -86,7 +87,11 @@ def test_algorithms_lists_the_flags_each_sets_a_registered_one_too():
     assert dqn["--average-tau"] == "0.0002" and dqn["--nstep"] == "3", dqn
     images = blocks[("dqn", "on images")]
     assert images["--nstep"] == "1" and images["--atoms"] == "0", images
+    # what a sparse run of dqn resolves differently (test_weight_average.py pins the resolving)
+    sparse = blocks[("dqn", "sparse (--sparsity, --tiny)")]
+    assert sparse == {"--average-tau": "0.0"}, sparse
     assert ("td3", "sets") in blocks and ("td3", "on images") not in blocks, blocks
+    assert ("td3", "sparse (--sparsity, --tiny)") not in blocks, blocks  # it sets no average
     assert blocks[("fitted-q", "sets")]["--learning-rate"] == "0.0005", blocks
     # each flag is one of `edge-rl train`'s or, like --atoms, of the algorithm's own options
     train_help = run("train", "--help").stdout

@@ -50,6 +50,8 @@ RUNS = {
         8, [30, 200, 476, 480, 480]), 0.0003, 9000),
 }
 OLD_FORMAT = {"fp16-1"}  # no seed, sparsity, energy, actor steps/s or time breakdown
+NOT_HELDOUT = {"int8-1"}  # interrupted: no return on other episodes (nor have OLD_FORMAT's)
+HELDOUT_DROP = 4.0  # the kept policy's return on other episodes, this much below its best
 
 
 def write_run(run_dir, name):
@@ -63,6 +65,9 @@ def write_run(run_dir, name):
                "final_return": {"mean": evals[-1]["mean"], "std": 5.0, "episodes": 10},
                "best_return": {"mean": max(e["mean"] for e in evals), "std": 5.0},
                "evaluations": evals}
+    if name not in OLD_FORMAT | NOT_HELDOUT:
+        summary["best_return_heldout"] = {"mean": summary["best_return"]["mean"] - HELDOUT_DROP,
+                                          "std": 6.0, "episodes": 10}
     if name not in OLD_FORMAT:
         summary.update(seed=seed, sparsity=sparsity, actor_steps_per_second=250.0,
                        time_breakdown=breakdown(60.0, 20.0, 30.0, 50.0))
@@ -168,6 +173,20 @@ def test_final_score_is_mean_and_std_over_seeds(report):
     assert results["td3 int8 dense"]["final score"] == expected == "-135.0 ± 1.4"
     assert results["td3 int8 90% sparse"]["final score"] == "-142.0"  # one seed: no ±
     assert results["td3 int8 dense"]["seeds"] == "2 (0, 1)"
+
+
+def test_kept_policy_best_evaluation_and_other_episodes_are_means_over_seeds(report):
+    results = tables(report[1], PENDULUM)["Results"]
+    best = "kept policy: best evaluation"
+    other = "kept policy: other episodes"
+    # fp32 bests -140 and -138; on other episodes 4 lower each
+    assert results["td3 fp32 dense"][best] == "-139.0"
+    assert results["td3 fp32 dense"][other] == "-143.0"
+    # int8 seed 1 was interrupted: its best counts, its other episodes do not exist
+    assert results["td3 int8 dense"][best] == "-135.0"  # (-136 - 134) / 2
+    assert results["td3 int8 dense"][other] == "-140.0 (1 of 2 seeds)"  # seed 0: -136 - 4
+    assert results["td3 fp16 dense"][other] == "-144.0 (1 of 2 seeds)"  # seed 1: old format
+    assert tables(report[1], "CartPole-v1")["Results"]["dqn int8 dense"][other] == "476.0"
 
 
 def test_final_score_difference_is_welchs_interval():

@@ -49,6 +49,9 @@ def test_report_of_fp32_and_int8_runs_matches_their_summaries(runs, tmp_path):
         assert row["time to threshold (s)"] == f"{reached[precision][0]:,.1f}"
         assert row["env steps to threshold"] == f"{reached[precision][1]:,}"
         assert row["final score"] == f"{summary['final_return']['mean']:,.1f}"
+        assert row["kept policy: best evaluation"] == f"{summary['best_return']['mean']:,.1f}"
+        assert row["kept policy: other episodes"] == \
+            f"{summary['best_return_heldout']['mean']:,.1f}"
         costs = found["Costs"][f"dqn {precision} dense lockstep"]
         assert costs["policy bytes per broadcast"] == f"{summary['policy_bytes']:,}"
     speed_up = reached["fp32"][0] / reached["int8"][0]

@@ -84,6 +84,15 @@ class Setting:
     def final_scores(self) -> list[float]:
         return [run.final_score for run in self.runs]
 
+    def kept_policy_returns(self) -> tuple[list[float], list[float]]:
+        """Each seed's kept (exported) policy: its best evaluation's mean, and its mean on other
+        episodes (summary's best_return_heldout) where the run measured one."""
+        best = [run.summary["best_return"]["mean"] for run in self.runs
+                if run.summary.get("best_return")]
+        heldout = [run.summary["best_return_heldout"]["mean"] for run in self.runs
+                   if run.summary.get("best_return_heldout")]
+        return best, heldout
+
     def stabilities(self) -> list[float]:
         """Each seed's late-run stability (edge_rl.runs.stability), where it has one."""
         found = [late_run_stability([e["mean"] for e in run.evaluations])

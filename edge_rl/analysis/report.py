@@ -174,11 +174,21 @@ def results_table(settings: list[Setting], threshold: float, baselines: dict) ->
         if baseline is not None and baseline is not setting:
             against = _difference(baseline.final_scores(), scores)
         seed_list = ", ".join(run.seed_text for run in setting.runs)
+        best, heldout = setting.kept_policy_returns()
         rows.append([setting.name, f"{seeds} ({seed_list})", seconds, steps, speed_up, final,
-                     against, _stability(setting.stabilities())])
+                     against, _stability(setting.stabilities()), _mean_of(best, seeds),
+                     _mean_of(heldout, seeds)])
     return markdown_table(["setting", "seeds", "time to threshold (s)", "env steps to threshold",
                            "speed-up vs baseline", "final score",
-                           "final score vs baseline (95% CI)", "late-run stability"], rows)
+                           "final score vs baseline (95% CI)", "late-run stability",
+                           "kept policy: best evaluation", "kept policy: other episodes"], rows)
+
+
+def _mean_of(values: list[float], seeds: int) -> str:
+    """'-83.2', '-83.2 (2 of 3 seeds)' when only some runs have the figure, '-' when none."""
+    if not values:
+        return "-"
+    return _of_seeds(_number(float(np.mean(values))), len(values), seeds)
 
 
 def _stability(fractions: list[float]) -> str:
@@ -297,7 +307,12 @@ def build_report(run_dirs: list[Path], out_dir: Path, threshold: float | None = 
              "of the best setting's final score, computed as best − 5% × |best| so that it "
              "stays reachable when returns are negative. Late-run stability: of a seed's "
              "evaluations after the first within 5% of its best, the share that stayed within "
-             "5% of it (1.00: once learned, it stayed learned).", "", "## Runs", ""]
+             "5% of it (1.00: once learned, it stayed learned). Kept policy: the exported policy, "
+             "the one with the best greedy evaluation; its best evaluation, and its return on as "
+             "many episodes from other start states (best_return_heldout in summary.json; '-' "
+             "for runs that were interrupted or predate it). The best of many evaluations of "
+             "the same episodes flatters the policy it picks; the other episodes do not.", "",
+             "## Runs", ""]
     lines += markdown_table(["run", "setting", "seed"], [
         [str(run.path), setting.name, run.seed_text] for setting in settings
         for run in setting.runs])
