@@ -88,9 +88,10 @@ def cartpole_vs_tf_agents_plans_both_loops(result: subprocess.CompletedProcess,
     assert lines[-1] == "4 runs, one after the other"
     edge_rl, tf_agents = lines[0].split(), lines[1].split()
     assert edge_rl[1:3] == ["train", "--env"] and "--seed" in edge_rl
-    # the same algorithm as TF-Agents' loop: one update per env step, uniform replay
-    assert edge_rl[edge_rl.index("--updates-per-step") + 1] == "1"
-    assert edge_rl[edge_rl.index("--replay-priority") + 1] == "0"
+    # the same algorithm as TF-Agents' loop: one update per env step, uniform replay, the
+    # dueling network, its current weights evaluated
+    for flag in ("--updates-per-step", "--replay-priority", "--atoms", "--average-tau"):
+        assert edge_rl[edge_rl.index(flag) + 1] == ("1" if flag == "--updates-per-step" else "0")
     assert edge_rl[-1] == str(tmp / "edge-rl-0")
     assert tf_agents[1].endswith("tools/tf_agents_dqn.py") and tf_agents[-1].endswith(".json")
     assert "--seed 1" in lines[2] and "--seed 1" in lines[3]

@@ -3,14 +3,14 @@
     python tools/cartpole_vs_tf_agents.py [--seeds 0 1 2] [--out DIR] [--dry-run]
 
 For each seed, runs `edge-rl train --env CartPole-v1 --algo dqn --target-return 475
---updates-per-step 1 --replay-priority 0 --atoms 0` (its defaults otherwise: one int8 actor process,
-greedy evaluation of 20 episodes every 2500 env steps) and then `tools/tf_agents_dqn.py`
-(the same network, optimizer, n-step targets, exploration schedule and evaluation protocol,
-in TF-Agents' driver + TFUniformReplayBuffer loop), one after the other so that neither
-shares the machine with the other. Each is timed as a whole process, from launch to exit
-(imports, set-up and evaluations included). Prints a markdown table and both medians; writes
-results.json under --out. --dry-run prints the commands, checks that both programs are
-there, and runs nothing.
+--updates-per-step 1 --replay-priority 0 --atoms 0 --average-tau 0` (its defaults otherwise:
+one int8 actor process, greedy evaluation of 20 episodes every 2500 env steps) and then
+`tools/tf_agents_dqn.py` (the same network, optimizer, n-step targets, exploration schedule
+and evaluation protocol, in TF-Agents' driver + TFUniformReplayBuffer loop), one after the
+other so that neither shares the machine with the other. Each is timed as a whole process,
+from launch to exit (imports, set-up and evaluations included). Prints a markdown table and
+both medians; writes results.json under --out. --dry-run prints the commands, checks that
+both programs are there, and runs nothing.
 """
 
 from __future__ import annotations
@@ -38,12 +38,13 @@ def run(command: list[str], log: Path) -> float:
 
 
 def edge_rl_command(seed: int, out: Path) -> list[str]:
-    # the algorithm of TF-Agents' loop: one update per env step, uniform replay and the
-    # dueling network of expected values (DQN's defaults are 0.25, prioritized replay and C51's
-    # network on vectors, docs/learning.md), so the loops differ, not it
+    # the algorithm of TF-Agents' loop: one update per env step, uniform replay, the dueling
+    # network of expected values and its current weights evaluated (DQN's defaults are 0.25,
+    # prioritized replay, C51's network and a weight average on vectors, docs/learning.md), so
+    # the loops differ, not it
     return [EDGE_RL, "train", "--env", "CartPole-v1", "--algo", "dqn", "--seed", str(seed),
             "--target-return", str(TARGET), "--updates-per-step", "1",
-            "--replay-priority", "0", "--atoms", "0",
+            "--replay-priority", "0", "--atoms", "0", "--average-tau", "0",
             "--out", str(out / f"edge-rl-{seed}")]
 
 

@@ -6,7 +6,8 @@ The loop of TF-Agents' DQN tutorial: a DynamicStepDriver collects one env step p
 iteration with the agent's epsilon-greedy collect policy into a TFUniformReplayBuffer, and
 each iteration runs one `agent.train` on a minibatch from the buffer's dataset (driver run
 and train step both in `common.function`). What it shares with `edge-rl train`'s DQN
-defaults with `--atoms 0` (its network on vectors is C51's since 2026-12-04): the same network
+defaults with `--atoms 0 --average-tau 0` (its network on vectors is C51's since 2026-12-04, and
+it evaluates a weight average since 2026-12-05): the same network
 (edge_rl's DuelingQNetwork, 64x64), DdqnAgent with Huber loss,
 Adam 1e-3, gamma 0.99, 3-step targets, Polyak target updates (tau 0.01 every update),
 batch 64, 1000 warm-up steps of uniform random actions, epsilon 1 -> edge-rl's epsilon_end
