@@ -256,16 +256,21 @@ class PolicyPatcher:
     def _check_numbers(self, layout: _Layout, probes: list) -> None:
         """Each FULLY_CONNECTED op holds the kernel and bias of the layer matched to it."""
         for dense, (kernel, bias) in zip(layout.weighted, probes, strict=True):
-            for stored, expected in ((dense.weight, dense.to_stored(kernel)), (dense.bias, bias)):
+            # Quantized, a weight is within half a step of its float value. So is a bias,
+            # except where the file reads integer observations (frames): the converter rounded
+            # it at the calibrated input range and integer_input (converters.flatbuffer) rounded
+            # it again at [0, value_max], which is as wide or wider, so within one step.
+            for stored, expected, steps in ((dense.weight, dense.to_stored(kernel), 0.51),
+                                            (dense.bias, bias, 1.01)):
                 values = _read(layout.flat, stored)
                 if values.shape != expected.shape:
                     raise NotPatchable(f"{dense.layer.name}: stored values of shape "
                                        f"{values.shape} for a variable of shape {expected.shape}")
-                if stored.scale[1]:  # quantized: within half a step of the float value
+                if stored.scale[1]:
                     # one scale, or one per output row: shaped to broadcast over the values
                     scales = _read_f32(layout.flat, *stored.scale)
                     scales = scales.reshape(-1, *[1] * (values.ndim - 1))
-                    close = np.abs(values * scales - expected) <= 0.51 * scales + 1e-7
+                    close = np.abs(values * scales - expected) <= steps * scales + 1e-7
                 else:
                     close = np.isclose(values.astype(np.float32), expected, rtol=1e-3, atol=1e-6)
                 if not close.all():

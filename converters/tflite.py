@@ -277,20 +277,25 @@ def scaled_kernel_rows(layer: Any, scales: np.ndarray | None) -> Iterator[None]:
 
 
 def calibration_rows(calibration: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
-    """Up to MAX_CALIBRATION_ROWS finite observations, evenly spaced over `calibration`."""
-    obs = np.asarray(calibration, dtype=np.float32)
+    """Up to MAX_CALIBRATION_ROWS finite observations, evenly spaced over `calibration`, as
+    float32."""
+    obs = np.asarray(calibration)
+    integer = np.issubdtype(obs.dtype, np.integer)
+    if not integer:
+        obs = obs.astype(np.float32, copy=False)
     size = int(np.prod(obs_shape))
     if obs.size == 0 or obs.size % size:
         raise ValueError(
             f"calibration data of shape {obs.shape} does not hold observations of shape {obs_shape}"
         )
     obs = obs.reshape(-1, *obs_shape)
-    obs = obs[np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)]
+    if not integer:  # integers (frames) are finite; as float32 they would be 4x the memory
+        obs = obs[np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)]
     if not len(obs):
         raise ValueError("the calibration data has no finite observations")
     if len(obs) > MAX_CALIBRATION_ROWS:
         obs = obs[np.linspace(0, len(obs) - 1, MAX_CALIBRATION_ROWS).round().astype(int)]
-    return np.ascontiguousarray(obs)
+    return np.ascontiguousarray(obs, dtype=np.float32)
 
 
 def attach_metadata(model_bytes: bytes, metadata: PolicyMetadata, spare_bytes: int = 0) -> bytes:

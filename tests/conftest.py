@@ -26,9 +26,12 @@ def edge_rl(*args, cwd=None, timeout=900):
 
 
 def train(out, *args) -> dict:
-    """`edge-rl train --out OUT ARGS` in a real process, which must succeed; its summary.json."""
+    """`edge-rl train --out OUT ARGS` in a real process, which must succeed and publish by
+    patching (edge_rl.converters.patch: every network edge-rl builds allows it); its
+    summary.json."""
     result = edge_rl("train", "--out", out, *args)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert "converted in full" not in result.stderr, result.stderr[-4000:]
     return json.loads((Path(out) / "summary.json").read_text())
 
 

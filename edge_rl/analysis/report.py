@@ -174,21 +174,15 @@ def results_table(settings: list[Setting], threshold: float, baselines: dict) ->
         if baseline is not None and baseline is not setting:
             against = _difference(baseline.final_scores(), scores)
         seed_list = ", ".join(run.seed_text for run in setting.runs)
-        best, heldout = setting.kept_policy_returns()
+        # the kept policy's best evaluation and its return on other episodes, means over seeds
+        kept = [_of_seeds(_number(mean_or_none(values)), len(values), seeds)
+                for values in setting.kept_policy_returns()]
         rows.append([setting.name, f"{seeds} ({seed_list})", seconds, steps, speed_up, final,
-                     against, _stability(setting.stabilities()), _mean_of(best, seeds),
-                     _mean_of(heldout, seeds)])
+                     against, _stability(setting.stabilities()), *kept])
     return markdown_table(["setting", "seeds", "time to threshold (s)", "env steps to threshold",
                            "speed-up vs baseline", "final score",
                            "final score vs baseline (95% CI)", "late-run stability",
                            "kept policy: best evaluation", "kept policy: other episodes"], rows)
-
-
-def _mean_of(values: list[float], seeds: int) -> str:
-    """'-83.2', '-83.2 (2 of 3 seeds)' when only some runs have the figure, '-' when none."""
-    if not values:
-        return "-"
-    return _of_seeds(_number(float(np.mean(values))), len(values), seeds)
 
 
 def _stability(fractions: list[float]) -> str:
