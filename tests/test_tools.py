@@ -234,3 +234,24 @@ def test_the_tool_runs_in_its_ci_mode(name, tmp_path):
         f"{' '.join(command)} exited with {result.returncode}:\n{result.stdout[-2000:]}\n"
         f"{result.stderr[-4000:]}")
     entry.check(result, out)
+
+
+def test_cartpole_vs_tf_agents_fails_on_a_run_that_did_not_solve_or_a_slow_median():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cartpole_vs_tf_agents",
+                                                  TOOLS / "cartpole_vs_tf_agents.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+
+    def results(edge_rl_seconds: list[float], solved: bool = True) -> list[dict]:
+        return ([{"loop": "edge-rl", "seed": s, "solved": solved or s != 1, "process_seconds": t}
+                 for s, t in enumerate(edge_rl_seconds)]
+                + [{"loop": "tf-agents", "seed": s, "solved": True, "process_seconds": 100.0}
+                   for s in range(len(edge_rl_seconds))])
+
+    assert tool.shortfalls(results([30.0, 45.0, 60.0])) == []
+    assert tool.shortfalls(results([30.0, 45.0, 60.0], solved=False)) == [
+        "edge-rl seed 1 did not reach 475"]
+    (slow,) = tool.shortfalls(results([30.0, 55.0, 60.0]))
+    assert "0.55 of TF-Agents'" in slow

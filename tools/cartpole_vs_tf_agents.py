@@ -9,8 +9,9 @@ one int8 actor process, greedy evaluation of 20 episodes every 2500 env steps) a
 and evaluation protocol, in TF-Agents' driver + TFUniformReplayBuffer loop), one after the
 other so that neither shares the machine with the other. Each is timed as a whole process,
 from launch to exit (imports, set-up and evaluations included). Prints a markdown table and
-both medians; writes results.json under --out. --dry-run prints the commands, checks that
-both programs are there, and runs nothing.
+both medians; writes results.json under --out; exits 1 when an edge-rl run did not solve or
+edge-rl's median took more than TARGET_RATIO of TF-Agents' (docs/benchmarks.md). --dry-run
+prints the commands, checks that both programs are there, and runs nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 TF_AGENTS_DQN = Path(__file__).resolve().parent / "tf_agents_dqn.py"
 EDGE_RL = str(Path(sys.executable).parent / "edge-rl")
 TARGET = 475.0
+TARGET_RATIO = 0.5  # edge-rl's median wall-clock to solve, at most this of TF-Agents'
 
 
 def run(command: list[str], log: Path) -> float:
@@ -106,11 +108,32 @@ def main() -> None:
     for r in results:
         print(f"| {r['loop']} | {r['seed']} | {'yes' if r['solved'] else 'no'} | "
               f"{r['env_steps']} | {r['process_seconds']:.1f} |")
-    medians = {loop: statistics.median(r["process_seconds"] for r in results if r["loop"] == loop)
-               for loop in ("edge-rl", "tf-agents")}
+    medians = median_seconds(results)
     print(f"\nmedian wall-clock: edge-rl {medians['edge-rl']:.1f} s, TF-Agents "
           f"{medians['tf-agents']:.1f} s; edge-rl / TF-Agents = "
           f"{medians['edge-rl'] / medians['tf-agents']:.2f}")
+    problems = shortfalls(results)
+    for problem in problems:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    sys.exit(1 if problems else 0)
+
+
+def median_seconds(results: list[dict]) -> dict[str, float]:
+    """Each loop's median process wall-clock over its seeds."""
+    return {loop: statistics.median(r["process_seconds"] for r in results if r["loop"] == loop)
+            for loop in ("edge-rl", "tf-agents")}
+
+
+def shortfalls(results: list[dict]) -> list[str]:
+    """What keeps these results from meeting the benchmark's targets (none: met)."""
+    problems = [f"edge-rl seed {r['seed']} did not reach {TARGET:g}" for r in results
+                if r["loop"] == "edge-rl" and not r["solved"]]
+    medians = median_seconds(results)
+    ratio = medians["edge-rl"] / medians["tf-agents"]
+    if ratio > TARGET_RATIO:
+        problems.append(f"edge-rl's median took {ratio:.2f} of TF-Agents' "
+                        f"(the target: at most {TARGET_RATIO})")
+    return problems
 
 
 if __name__ == "__main__":
