@@ -1,7 +1,7 @@
 """An actor process switches to a new policy without a pause in stepping.
 
 A real `edge-rl actor` process joins a real learner service on loopback. The service serves
-the new policy's download slowly (two seconds, as over a poor link): batches acted with the
+the new policy's download slowly (four seconds, as over a poor link): batches acted with the
 old policy must keep arriving meanwhile, and batches acted with the new one must follow.
 """
 
@@ -17,7 +17,7 @@ from edge_rl.transport.exchange import Exchange
 from edge_rl.transport.replay_log import ReplayLog
 from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
-SLOW_DOWNLOAD_SECONDS = 2.0
+SLOW_DOWNLOAD_SECONDS = 4.0
 
 
 class SlowPolicyService(LearnerService):
@@ -79,5 +79,7 @@ def test_actor_keeps_stepping_while_a_new_policy_downloads(cartpole_policy, tmp_
     assert new[0] >= SLOW_DOWNLOAD_SECONDS - 0.1
     during = [t for t in old if 0.2 <= t <= SLOW_DOWNLOAD_SECONDS - 0.2]
     assert len(during) >= 10, f"only {len(during)} batches arrived during the download"
+    # An actor that waited for the download would pause for all of it; a loaded machine (CI's
+    # two cores, a training run beside) has paused this one's stepping for 1.36 s once.
     gaps = [b - a for a, b in zip([0.0, *old], old, strict=False)]
-    assert max(gaps) < 1.0, f"stepping paused for {max(gaps):.2f} s"
+    assert max(gaps) < SLOW_DOWNLOAD_SECONDS / 2, f"stepping paused for {max(gaps):.2f} s"
