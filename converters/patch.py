@@ -237,7 +237,10 @@ class PolicyPatcher:
             for layer, weights in zip(self.layers, probes, strict=True):
                 layer.set_weights(list(weights))
             template = convert(model, precision, calibration, metadata)
-            twin = convert(model, "fp32", None, replace(metadata, precision="fp32"))
+            # an fp32 file is its own twin (the same conversion): a second one took ~0.7 s of
+            # every run's first publish (the learner checks each int8 policy against fp32)
+            twin = template if precision == "fp32" else convert(
+                model, "fp32", None, replace(metadata, precision="fp32"))
         finally:
             for layer, weights in zip(self.layers, real, strict=True):
                 layer.set_weights(weights)
