@@ -28,6 +28,7 @@ and compares under emulation in one run that CI starts beside the tests.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -35,14 +36,17 @@ import secrets
 import shlex
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: CI starts this before its install
+    import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 HOST_BIN = Path(sys.executable).parent
@@ -241,6 +245,8 @@ def x86_policies(cache: Path) -> dict[str, Path]:
 
 def record_observations(policy_file: Path, n: int, seed: int) -> np.ndarray:
     """Observations of an x86 rollout of the policy, with random actions mixed in."""
+    import numpy as np
+
     from edge_rl.device import load_policy
     from edge_rl.device.envs import make_env
 
@@ -270,6 +276,8 @@ print(policy.runtime)
 
 def compare_actions(root: Path, policy_file: Path, name: str) -> str:
     """The arm64 runtime's greedy actions on x86-recorded observations against x86's."""
+    import numpy as np
+
     from edge_rl.device import load_policy
 
     work = Path(tempfile.mkdtemp(dir=root / "tmp"))
@@ -392,6 +400,20 @@ def systemd_unit(root: Path) -> str:
     return f"systemd unit: {start}"
 
 
+def wait_for(path: Path, timeout: float = 3600) -> None:
+    """Until `path` exists; then the x86 side's packages (numpy, edge-rl's [train] extra)
+    are installed, and this process's imports must look for them afresh: edge-rl's editable
+    install is a .pth file, which Python reads only at start unless told again."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"{path} did not appear in {timeout:.0f} s")
+        time.sleep(1)
+    for folder in site.getsitepackages():
+        site.addsitedir(folder)
+    importlib.invalidate_caches()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path,
@@ -399,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-if-unable", action="store_true",
                         help="Exit 0, saying why, where the machine cannot run the check.")
     parser.add_argument("--actor-steps", type=int, default=1000)
+    parser.add_argument("--after", type=Path, metavar="FILE",
+                        help="Build the arm64 side first, then wait for FILE to exist before "
+                             "the x86 side (CI starts the check before its own install)")
     args = parser.parse_args(argv)
     reason = unable_reason()
     if reason:
@@ -418,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             step()
             report.append(f"{what}: {time.monotonic() - t:.0f} s")
+        if args.after:
+            t = time.monotonic()
+            wait_for(args.after)
+            report.append(f"waiting for the x86 install: {time.monotonic() - t:.0f} s")
         policies = x86_policies(args.cache)
         line, score = eval_on_arm(root, policies["cartpole"])
         report.append(line)
