@@ -1,6 +1,6 @@
 """The Raspberry Pi check: edge-rl's base install on arm64, emulated, against x86.
 
-    sudo python tools/arm64_check.py [--cache DIR] [--skip-if-unable]
+    sudo python tools/arm64_check.py [--cache DIR] [--skip-if-unable] [--after FILE]
 
 Raspberry Pi OS (64-bit) is Debian bookworm for arm64 with Python 3.11. This builds such a
 root with debootstrap (cached in --cache; ~30 s the first time), enters it with chroot
@@ -22,7 +22,7 @@ x86 side's `[train]` install. --skip-if-unable exits 0 with the reason where the
 cannot do it (no root, no binfmt_misc): CI uses it.
 
 One script past ~400 lines, on purpose: it builds an arm64 root, installs, exports on x86
-and compares under emulation in one run that CI starts beside the tests.
+and compares under emulation in one run that CI starts beside its own install (--after).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ SOLVED = 475.0
 # tests/data/arm64`.
 SOLVED_CARTPOLE = REPO / "tests" / "data" / "arm64" / "cartpole-dqn"
 # A TD3 Pendulum run (256x256, the default networks), shipped for the same reason (training it
-# here took ~15 s of CPU beside the tests, and its best policy was the untrained one at 3,000
+# here took ~12 s of CPU beside the tests, and its best policy was the untrained one at 3,000
 # steps). Made by `edge-rl train --env Pendulum-v1 --algo td3 --steps 10000 --eval-every 2500
 # --eval-episodes 5 --seed 0 --lockstep` (best -152.6 at 10k steps) and kept the same way.
 TRAINED_PENDULUM = REPO / "tests" / "data" / "arm64" / "pendulum-td3"
