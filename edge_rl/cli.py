@@ -143,34 +143,36 @@ def learner(ctx: click.Context, resume: bool, config_file: str | None, **flags) 
 
 @cli.command()
 @click.argument("run_dir", type=click.Path())
-@click.option("--int8", "precision", flag_value="int8", help="Full-integer int8 (default).")
-@click.option("--fp16", "precision", flag_value="fp16", help="float16 weights.")
-@click.option("--fp32", "precision", flag_value="fp32", help="float32.")
-@click.option("--edgetpu", "precision", flag_value="edgetpu",
+@click.option("--int8", is_flag=True, help="Full-integer int8 (the default).")
+@click.option("--fp16", is_flag=True, help="float16 weights.")
+@click.option("--fp32", is_flag=True, help="float32.")
+@click.option("--edgetpu", is_flag=True,
               help="int8 throughout, input and output included, for Coral's Edge TPU: "
                    "compile the file with edgetpu_compiler (see docs/coral.md).")
-@click.option("--tflm", "precision", flag_value="tflm",
+@click.option("--tflm", is_flag=True,
               help="int8 with dense weights as C source and header for TFLite Micro "
                    "(docs/microcontrollers.md).")
 @click.option("-o", "--output", type=click.Path(),
-              help="Output file.  [default: RUN_DIR/policy-PRECISION.tflite, or "
-                   "RUN_DIR/policy-tflm.cc and .h]")
+              help="Output file, with one precision.  [default: RUN_DIR/policy-PRECISION.tflite, "
+                   "or RUN_DIR/policy-tflm.cc and .h]")
 @click.option("--verify-episodes", type=int, default=5, show_default=True,
               help="Greedy episodes to compare the fp32 and exported policies on.")
 @click.option("--force", is_flag=True,
               help="Write the file even when it falls outside the tolerances against fp32.")
-def export(run_dir: str, precision: str | None, output: str | None, verify_episodes: int,
-           force: bool) -> None:
-    """Export the best-evaluated actor network of a run as a TFLite policy file.
+def export(run_dir: str, int8: bool, fp16: bool, fp32: bool, edgetpu: bool, tflm: bool,
+           output: str | None, verify_episodes: int, force: bool) -> None:
+    """Export the best-evaluated actor network of a run as a TFLite policy file, at each
+    precision given (several in one call load the run once).
 
-    The file is checked against fp32 of the same weights (greedy actions on the run's newest
+    Each file is checked against fp32 of the same weights (greedy actions on the run's newest
     observations and on fp32's greedy episodes, and greedy returns) and refused, exit code 1
-    and nothing written, when it falls outside the tolerances (README: export)."""
+    and nothing written for it, when it falls outside the tolerances (README: export)."""
     from edge_rl.loop.export import export_run
 
-    report = export_run(Path(run_dir), precision or "int8", output, verify_episodes, force)
-    for line in report:
-        click.echo(line)
+    chosen = [name for name, given in (("int8", int8), ("fp16", fp16), ("fp32", fp32),
+                                       ("edgetpu", edgetpu), ("tflm", tflm)) if given]
+    export_run(Path(run_dir), chosen or ["int8"], output, verify_episodes, force,
+               report=click.echo)
 
 
 @cli.command(name="eval")

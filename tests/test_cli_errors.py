@@ -32,6 +32,8 @@ def check_one_line_error(result, fragment):
         (["train", "--sparsity", "1.5"], "--sparsity must be in [0, 1)"),
         (["train", "--sparsity", "0.9", "--drop-fraction", "2"], "--drop-fraction must be"),
         (["export", "/nonexistent/run", "--int8"], "no run directory"),
+        (["export", "/nonexistent/run", "--int8", "--edgetpu", "-o", "p.tflite"],
+         "-o names one file"),
         (["eval", "/nonexistent/policy.tflite"], "no policy file"),
         (["learner"], "needs a fixed --port"),
         (["learner", "--port", "50999", "--host", "0.0.0.0"], "without --token-file"),

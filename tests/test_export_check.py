@@ -1,5 +1,6 @@
 """`edge-rl export` checks a quantized policy against fp32, refuses one outside the tolerances."""
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from edge_rl.converters.verify import (
     tolerance_failures,
 )
 from edge_rl.device.envs import describe_env
+from edge_rl.device.policy import load_policy
 from edge_rl.runs.best_policy import random_observations
 
 
@@ -131,13 +133,19 @@ def runs(tmp_path_factory):
 
 def test_export_refuses_a_network_whose_int8_form_is_wrong(runs, tmp_path):
     _, wrecked, _ = runs
-    target = tmp_path / "policy.tflite"
-    result = edge_rl("export", wrecked, "--int8", "-o", target, "--verify-episodes", "2")
+    run = tmp_path / "run"
+    shutil.copytree(wrecked, run)
+    # asked for int8 and fp32 at once: the int8 file is refused, the fp32 one still written
+    result = edge_rl("export", run, "--int8", "--fp32", "--verify-episodes", "2")
     assert result.returncode == 1, result.stderr[-2000:]
     message = [line for line in result.stderr.splitlines() if line.startswith("edge-rl:")]
-    assert len(message) == 1 and "refused, nothing written" in message[0], result.stderr
+    assert len(message) == 1 and "int8 policy refused, nothing written" in message[0]
     assert "action error" in message[0] and "Traceback" not in result.stderr
-    assert not target.exists() and not list(tmp_path.iterdir())
+    assert "fp32 policy" not in message[0], message
+    assert not (run / "policy-int8.tflite").exists()
+    assert f"wrote {run / 'policy-fp32.tflite'}" in result.stdout, result.stdout
+    assert load_policy(run / "policy-fp32.tflite").metadata.precision == "fp32"
+    target = tmp_path / "policy.tflite"
     forced = edge_rl("export", wrecked, "--int8", "-o", target, "--verify-episodes", "0",
                      "--force")
     assert forced.returncode == 0, forced.stderr[-2000:]

@@ -112,10 +112,13 @@ def test_dqn_on_atari_trains_exports_int8_and_edgetpu_and_evaluates(tmp_path):
     with np.load(out / "checkpoints" / checkpoint / "replay.npz") as replay:
         assert replay["observation"].shape[1:] == (84, 84, 1)
 
-    policy_file = out / "policy-int8.tflite"
-    result = edge_rl("export", out, "--int8", "--verify-episodes", 1, "-o", policy_file)
+    # the int8 file and the Coral file of the run in one call (one load, one calibration)
+    policy_file, coral_file = out / "policy-int8.tflite", out / "policy-edgetpu.tflite"
+    result = edge_rl("export", out, "--int8", "--edgetpu", "--verify-episodes", 1)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert f"wrote {policy_file}" in result.stdout and f"wrote {coral_file}" in result.stdout
     assert "greedy return (int8)" in result.stdout
+    assert "greedy return (edgetpu)" in result.stdout
 
     from edge_rl.device.policy import Policy
 
@@ -128,12 +131,9 @@ def test_dqn_on_atari_trains_exports_int8_and_edgetpu_and_evaluates(tmp_path):
     returned = re.search(r"^return: (\S+) ± \S+ over 1 episodes$", result.stdout, re.M)
     assert returned and -21.0 <= float(returned.group(1)) <= 21.0, result.stdout
 
-    # the Coral file of the same run: int8 throughout, and every operator one the Edge TPU maps
+    # the Coral file: int8 throughout, and every operator one the Edge TPU maps
     from edge_rl.converters.edgetpu import edgetpu_problems
 
-    coral_file = out / "policy-edgetpu.tflite"
-    result = edge_rl("export", out, "--edgetpu", "--verify-episodes", 1, "-o", coral_file)
-    assert result.returncode == 0, result.stderr[-4000:]
     assert edgetpu_problems(coral_file.read_bytes()) == []
     result = edge_rl("eval", coral_file, "--episodes", 1)
     assert result.returncode == 0, result.stderr[-4000:]

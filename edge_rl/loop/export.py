@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import lzma
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +27,36 @@ from edge_rl.device.policy_file import PolicyFileError, pack_policy, read_policy
 from edge_rl.runs.best_policy import GREEDY_ROWS, evenly_spaced
 from edge_rl.runs.checkpoint import write_bytes
 
+logger = logging.getLogger(__name__)
+
 XZ_EXPORT_PRESET = 9 | lzma.PRESET_EXTREME  # exports are written once: squeeze hard
 
 
-def export_run(run_dir: Path, precision: str, output: str | None, verify_episodes: int = 5,
-               force: bool = False) -> list[str]:
-    """Convert, check against fp32 and write; returns the report's lines. A policy outside the
-    tolerances (edge_rl.converters.verify) is refused with ExportRefused and nothing written,
-    unless `force`."""
-    check_precision(precision)
-    return RunExport(run_dir, verify_episodes).write(precision, output, force)
+def export_run(run_dir: Path, precisions: Sequence[str], output: str | None,
+               verify_episodes: int = 5, force: bool = False,
+               report: Callable[[str], None] = logger.info) -> None:
+    """Convert, check against fp32 and write each of `precisions`, passing the report's lines
+    to `report` as each file is written. The run is loaded and calibrated once for all of
+    them. A policy outside the tolerances (edge_rl.converters.verify) is refused and nothing
+    written for it, unless `force`; the others are still made, and then ExportRefused names
+    every refusal."""
+    for precision in precisions:
+        check_precision(precision)
+    if output and len(precisions) > 1:
+        raise UserError("-o names one file: give it with one precision, or leave it out to "
+                        "write each to RUN_DIR/policy-PRECISION.tflite")
+    exporter = RunExport(run_dir, verify_episodes)
+    refused = []
+    for precision in precisions:
+        try:
+            lines = exporter.write(precision, output, force)
+        except ExportRefused as err:
+            refused.append(str(err))
+            continue
+        for line in lines:
+            report(line)
+    if refused:
+        raise ExportRefused("; ".join(refused))
 
 
 def check_precision(precision: str) -> None:
