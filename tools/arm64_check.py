@@ -429,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"arm64 check skipped: {reason}")
         return 0 if args.skip_if_unable else 2
+    # SIGTERM (CI ending early stops this check's process group) unwinds like an error: the
+    # `finally`s below stop the learner, which has a session of its own, and unmount /proc
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     began = time.monotonic()
     root, wheels = args.cache / "root", args.cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
