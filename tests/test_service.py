@@ -134,6 +134,43 @@ def test_a_stopped_learner_refuses_a_batch_without_logging_it(service):
     assert ("actor-a", 1) not in exchange.ledger and exchange.batches.empty()
 
 
+def test_a_batch_in_replay_when_the_learner_stops_still_gets_its_ok(tmp_path):
+    """The learner stops taking batches, then releases the acks of those in its replay (they
+    are in its final checkpoint). An Insert waiting for such an ack must not be refused in
+    between, or the batch is in the learner's ledger while its actor never hears it arrived.
+    A batch still queued is refused: the actor keeps it."""
+    run = RunInfo(
+        run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
+        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
+        lockstep=False, num_envs=1, seed=0,
+        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"),
+    )
+    exchange = Exchange(ReplayLog(tmp_path / "log"))
+    server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
+    client = LearnerClient(f"127.0.0.1:{port}", "actor-a", incarnation=11)
+    try:
+        client.hello()
+        in_replay = client.insert(batch_bytes(0))
+        taken = exchange.batches.get(timeout=10)
+        exchange.inserted(taken)  # in replay, its ack held
+        queued = client.insert(batch_bytes(1))
+        deadline = time.monotonic() + 10
+        while exchange.batches.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)  # batch 1 accepted, never taken
+        exchange.stop_taking()
+        time.sleep(1.5)  # the waiting Inserts look at `stopping` every 0.5 s
+        with pytest.raises(grpc.RpcError) as info:
+            queued.result(timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert not in_replay.done()
+        taken.acked.set()  # the learner releases the acks of what is in its replay
+        assert in_replay.result(timeout=10).seq == 0
+    finally:
+        client.close()
+        server.stop(grace=0)
+        exchange.log.close()
+
+
 def test_policies_larger_than_a_message_arrive_whole(service):
     client, exchange, port = service
     assert client.fetch_policy(0) is None

@@ -44,7 +44,7 @@ def export_run(run_dir: Path, precisions: Sequence[str], output: str | None,
         check_precision(precision)
     if output and len(precisions) > 1:
         raise UserError("-o names one file: give it with one precision, or leave it out to "
-                        "write each to RUN_DIR/policy-PRECISION.tflite")
+                        "write each to its default name in RUN_DIR")
     exporter = RunExport(run_dir, verify_episodes)
     refused = []
     for precision in precisions:

@@ -167,7 +167,11 @@ class LearnerService:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
         if pending is not None:
             while not pending.acked.wait(timeout=0.5):
-                if self.exchange.stopping.is_set():
+                # A stopping learner inserts nothing more: a batch still queued stays with its
+                # actor. One already in replay is in the final checkpoint and its ack comes
+                # (the learner releases them all right after it stops taking): refusing it
+                # here would leave it in replay but unacked.
+                if self.exchange.stopping.is_set() and not pending.in_replay:
                     context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
                 if not context.is_active():
                     return wire_pb2.InsertReply()
