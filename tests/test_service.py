@@ -24,14 +24,19 @@ from edge_rl.transport.replay_log import ReplayLog
 from edge_rl.transport.server import LearnerService, RunInfo, start_server
 
 
-@pytest.fixture
-def service(tmp_path):
-    run = RunInfo(
-        run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
+def cartpole_run(run_id: str = "run-1") -> RunInfo:
+    """What the service tells actors of a small CartPole run; actor i explores to 0.1 * i."""
+    return RunInfo(
+        run_id=run_id, env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
         action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
         lockstep=False, num_envs=1, seed=0,
         exploration=lambda i: ExplorationSettings(kind="epsilon_greedy", epsilon_end=0.1 * i),
     )
+
+
+@pytest.fixture
+def service(tmp_path):
+    run = cartpole_run()
     exchange = Exchange(ReplayLog(tmp_path / "log"))
     server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
     client = LearnerClient(f"127.0.0.1:{port}", "actor-a", incarnation=11)
@@ -139,12 +144,7 @@ def test_a_batch_in_replay_when_the_learner_stops_still_gets_its_ok(tmp_path):
     are in its final checkpoint). An Insert waiting for such an ack must not be refused in
     between, or the batch is in the learner's ledger while its actor never hears it arrived.
     A batch still queued is refused: the actor keeps it."""
-    run = RunInfo(
-        run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
-        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
-        lockstep=False, num_envs=1, seed=0,
-        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"),
-    )
+    run = cartpole_run()
     exchange = Exchange(ReplayLog(tmp_path / "log"))
     server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
     client = LearnerClient(f"127.0.0.1:{port}", "actor-a", incarnation=11)
@@ -212,12 +212,7 @@ def self_signed(folder):
 
 
 def test_tls_with_tokens(tmp_path):
-    run = RunInfo(
-        run_id="run-tls", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
-        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
-        lockstep=False, num_envs=1, seed=0,
-        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"),
-    )
+    run = cartpole_run("run-tls")
     cert, key = self_signed(tmp_path)
     token = "t" * 32
     (tmp_path / "tokens").write_text(f"# one per board\n{'u' * 32}\n{token}\n")
@@ -266,12 +261,7 @@ def test_an_ok_that_comes_after_a_refusal_is_still_recorded(tmp_path):
     replay, still waits for its fsync: the actor's link sees the refusal first and goes down.
     Stopping, it must still wait for the older batch's OK and record it as acked, or the
     learner's ledger holds a batch its actor believes was never delivered."""
-    run = RunInfo(
-        run_id="run-1", env_id="CartPole-v1", algo="dqn", observation_shape=(4,),
-        action={"kind": "discrete", "n": 2}, batch_transitions=5, max_in_flight=2,
-        lockstep=False, num_envs=1, seed=0,
-        exploration=lambda i: ExplorationSettings(kind="epsilon_greedy"),
-    )
+    run = cartpole_run()
     replay_log = ReplayLog(tmp_path / "log")
     exchange = Exchange(replay_log)
     server, port = start_server(LearnerService(run, exchange), 0, max_workers=8)
