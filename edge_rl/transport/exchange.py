@@ -45,7 +45,6 @@ class PendingBatch:
     policy_version: int = 0  # of the policy that acted
     costs: BatchCosts = field(default_factory=BatchCosts)  # the actor's energy and times
     log_position: Position = (0, 0)  # end of its record in the replay log
-    in_replay: bool = False  # set by `Exchange.inserted`; its ack is sure to follow
     acked: threading.Event = field(default_factory=threading.Event)
 
 
@@ -248,7 +247,6 @@ class Exchange(PolicyExchange):
         with self._lock:
             self.ledger.add(batch.actor_id, batch.seq)
             self._pending.pop((batch.actor_id, batch.seq), None)
-            batch.in_replay = True
 
     def stop_taking(self) -> None:
         """From now on no batch is accepted (`submit` raises LearnerStopping). Under the lock

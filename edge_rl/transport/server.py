@@ -168,10 +168,11 @@ class LearnerService:
         if pending is not None:
             while not pending.acked.wait(timeout=0.5):
                 # A stopping learner inserts nothing more: a batch still queued stays with its
-                # actor. One already in replay is in the final checkpoint and its ack comes
-                # (the learner releases them all right after it stops taking): refusing it
-                # here would leave it in replay but unacked.
-                if self.exchange.stopping.is_set() and not pending.in_replay:
+                # actor. One already in replay (in the ledger, which no longer changes) is in
+                # the final checkpoint and its ack comes (the learner releases them all right
+                # after it stops taking): refusing it here would leave it in replay unacked.
+                in_replay = (batch.actor_id, batch.seq) in self.exchange.ledger
+                if self.exchange.stopping.is_set() and not in_replay:
                     context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is stopping")
                 if not context.is_active():
                     return wire_pb2.InsertReply()
