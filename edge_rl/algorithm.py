@@ -193,6 +193,8 @@ DEFAULT_REPLAY_CAPACITY = 1_000_000
 # above on 8 of 11 seed pairs over HalfCheetah, Hopper and Walker2d (1.48x geometric mean;
 # Walker2d 113.8% of dense against 69.0%); at 100k 1.45x on Walker2d (5 of 5 seeds) but 0.76x
 # on HalfCheetah (2 of 6); at 1M on Hopper RLx2 learned only once its 3-step target was on.
+# A fixed 50k-step wait did no better than none at 300k: 0.99x on six seed pairs over Walker2d
+# and Hopper (docs/sparse.md, "A fixed 50k-step delay").
 # SAC went the other way: on HalfCheetah at 300k, from the start scored under from half the
 # run on 6 of 6 seed pairs (0.87x geometric mean), so SAC keeps the wait, half the run at most
 # the paper's 300k (docs/sparse.md, "SAC with today's default"). At the paper's own budget
