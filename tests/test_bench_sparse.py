@@ -153,14 +153,16 @@ def test_seeds_to_settle_the_97_percent_question(monkeypatch):
     """How many seeds each would take for the interval to stop holding 97% of dense: what
     budget would settle a shortfall. By the normal approximation, with the seeds' sd (ddof 1),
     a method at 80% whose seeds spread by 600 against dense's 500 (mean 2,500) needs about
-    12; twice that spread, about 4x as many."""
+    12; with twice its spread, (1200^2 + 500^2) / (600^2 + 500^2) = 2.8x as many, past the
+    driver's default of 30 but found with a larger `most` (--most-seeds)."""
     tables = load_tool("bench_sparse_tables", monkeypatch)
     dense = [2000.0, 2500.0, 3000.0]
     assert tables.seeds_to_settle([1000.0] * 3, dense) == 3  # its interval already excludes 97
     near = tables.seeds_to_settle([1400.0, 2000.0, 2600.0], dense)
     assert 9 <= near <= 16
-    wide = tables.seeds_to_settle([800.0, 2000.0, 3200.0], dense)
-    assert wide is None or wide >= 3 * near
+    assert tables.seeds_to_settle([800.0, 2000.0, 3200.0], dense) is None
+    wide = tables.seeds_to_settle([800.0, 2000.0, 3200.0], dense, most=200)
+    assert 2.2 * near <= wide <= 3.5 * near
     assert tables.seeds_to_settle([1940.0, 2425.0, 2910.0], dense) is None  # at 97% exactly
     above = tables.seeds_to_settle([2400.0, 2750.0, 3100.0], dense)  # 110%: its low end > 97
     assert 8 <= above <= 20

@@ -51,6 +51,7 @@ definition), as 1 / (its parameters relative to dense).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import re
@@ -58,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_sparse_tables import PAPER, tables
+from bench_sparse_tables import MOST_SEEDS, PAPER, tables
 from resumable import (
     EDGE_RL,
     RunFolder,
@@ -302,6 +303,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_driver_arguments(parser, "runs/bench_sparse", "--table-only")
     parser.add_argument("--results", type=Path, metavar="DIR",
                         help="Where each finished run's record goes (default: OUT/results).")
+    parser.add_argument("--most-seeds", type=int, default=MOST_SEEDS, metavar="N",
+                        help="The most seeds the tables' last column projects to (default: "
+                             f"{MOST_SEEDS}).")
     return parser.parse_args(argv)
 
 
@@ -311,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs = [r for r in plan_runs(args.plan, args.steps, args.seeds, args.out, args.results)
             if args.only is None or re.search(args.only, str(r.run_dir))]
-    return drive(runs, args, print_plan, execute, tables, args.out / "table.md")
+    report = functools.partial(tables, most_seeds=args.most_seeds)
+    return drive(runs, args, print_plan, execute, report, args.out / "table.md")
 
 
 if __name__ == "__main__":

@@ -63,14 +63,14 @@ def bootstrap_ratio(values: list[float], dense: list[float], samples: int = 10_0
     return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
-def seeds_to_settle(values: list[float], dense: list[float], target: float = TARGET
-                    ) -> int | None:
+def seeds_to_settle(values: list[float], dense: list[float], target: float = TARGET,
+                    most: int = MOST_SEEDS) -> int | None:
     """The fewest seeds per method at which the 95% interval of mean(values) / mean(dense)
     no longer holds `target` (in %): the seeds so far where their interval already does not,
     else projected, as if further seeds scatter as these do (each side's seeds resampled n at
     a time, spread about their mean by sqrt(k / (k - 1)) for k seeds so far, so that a few
-    seeds' spread is not taken for the smaller one it appears); None when even MOST_SEEDS
-    would not do."""
+    seeds' spread is not taken for the smaller one it appears); None when even `most` would
+    not do."""
     below = np.mean(values) / np.mean(dense) * 100 < target
 
     def settled(low: float, high: float) -> bool:
@@ -84,7 +84,7 @@ def seeds_to_settle(values: list[float], dense: list[float], target: float = TAR
     if settled(*bootstrap_ratio(values, dense)):
         return len(values)
     values, dense = widened(values), widened(dense)
-    for n in range(max(len(values), len(dense)) + 1, MOST_SEEDS + 1):
+    for n in range(max(len(values), len(dense)) + 1, most + 1):
         if settled(*bootstrap_ratio(values, dense, seeds=n)):
             return n
     return None
@@ -129,7 +129,8 @@ def rows_of(runs: list[Run]) -> dict[tuple[str, str, int], list[Row]]:
     return {key: list(group.values()) for key, group in groups.items()}
 
 
-def env_table(key: tuple[str, str, int], rows: list[Row]) -> list[str]:
+def env_table(key: tuple[str, str, int], rows: list[Row], most_seeds: int = MOST_SEEDS
+              ) -> list[str]:
     algo, env, steps = key
     dense = next((r for r in rows if r.setting.method == "dense"), None)
     lines = [f"## {algo.upper()} {env}, {steps:,} env steps", ""]
@@ -173,7 +174,8 @@ def env_table(key: tuple[str, str, int], rows: list[Row]) -> list[str]:
         lines += ["refused: `edge-rl export --int8` refused the int8 file (its export check: "
                   "see the run's log), so none was written for that seed.", ""]
     curves = curve_table(rows) if steps >= CURVES_FROM_STEPS else []
-    return lines + pace_table(rows, dense) + compression_table(rows, dense) + [""] + curves
+    return (lines + pace_table(rows, dense, most_seeds) + compression_table(rows, dense) + [""]
+            + curves)
 
 
 def window_means(summary: dict) -> tuple[list[int], np.ndarray]:
@@ -185,7 +187,7 @@ def window_means(summary: dict) -> tuple[list[int], np.ndarray]:
     return steps, sums / LAST_EVALUATIONS
 
 
-def pace_table(rows: list[Row], dense: Row) -> list[str]:
+def pace_table(rows: list[Row], dense: Row, most_seeds: int = MOST_SEEDS) -> list[str]:
     """How far behind dense a method is in env steps (where dense's seeds' mean curve first
     reached the method's score), whether the method was still improving at the end (its
     last LAST_EVALUATIONS evaluations against the ones before): what a longer budget would do;
@@ -211,7 +213,7 @@ def pace_table(rows: list[Row], dense: Row) -> list[str]:
         trend = f"{np.mean(changes):+.0f}%" if changes else "-"
         level = percent_of_dense(row.second_halves, dense.second_halves)
         settle = "-" if row is dense else ", ".join(
-            str(n) if (n := seeds_to_settle(mine, theirs)) else f"> {MOST_SEEDS}"
+            str(n) if (n := seeds_to_settle(mine, theirs, most=most_seeds)) else f"> {most_seeds}"
             for mine, theirs in ((row.scores, dense.scores),
                                  (row.second_halves, dense.second_halves)))
         lines.append(f"| {row.setting.label} | {at} | {trend} | {level} | {settle} |")
@@ -268,7 +270,7 @@ def compression_table(rows: list[Row], dense: Row) -> list[str]:
     return lines
 
 
-def tables(runs: list[Run]) -> str:
+def tables(runs: list[Run], most_seeds: int = MOST_SEEDS) -> str:
     for run in runs:  # records of runs finished before records were kept, or by hand
         run.keep_record()
     lines = ["# RLx2's comparison", "",
@@ -279,5 +281,5 @@ def tables(runs: list[Run]) -> str:
              "FLOPs: actor and critics, relative to dense. Paper: RLx2's Table 1 (3M steps) "
              "where the sparsity is the paper's.", ""]
     for key, rows in rows_of(runs).items():
-        lines += env_table(key, rows)
+        lines += env_table(key, rows, most_seeds)
     return "\n".join(lines)
