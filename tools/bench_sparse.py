@@ -45,7 +45,9 @@ evaluations (every 5,000 steps, 10 episodes); % of dense with a 95% bootstrap in
 seeds; parameters, training and inference FLOPs relative to dense; the int8 file and what is
 sent and stored; the paper's % of dense beside it. Where several sparsities ran: the ultimate
 compression ratio, the sparsest setting whose mean is within 3% of dense's (the paper's
-definition), as 1 / (its parameters relative to dense).
+definition), as 1 / (its parameters relative to dense). A pace table beside each says how far
+behind dense's curve a method is and how many seeds each side would need for the interval to
+settle 97% of dense, projected from the seeds so far up to --most-seeds (30 by default).
 """
 
 from __future__ import annotations
