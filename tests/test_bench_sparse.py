@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "bench_sparse.py"
 
@@ -167,6 +168,11 @@ def test_seeds_to_settle_the_97_percent_question(monkeypatch):
     above = tables.seeds_to_settle([2400.0, 2750.0, 3100.0], dense)  # 110%: its low end > 97
     assert 8 <= above <= 20
     assert tables.bootstrap_ratio([2400.0, 2750.0, 3100.0], dense)[0] < 97
+    driver = load_tool("bench_sparse", monkeypatch)
+    assert driver.parse_args(["--most-seeds", "400"]).most_seeds == 400
+    with pytest.raises(SystemExit) as refused:  # argparse's exit status for bad input
+        driver.parse_args(["--most-seeds", "0"])
+    assert refused.value.code == 2
 
 
 def test_each_rlx2_row_names_the_delay_its_records_ran_with(monkeypatch):

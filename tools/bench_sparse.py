@@ -308,7 +308,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--most-seeds", type=int, default=MOST_SEEDS, metavar="N",
                         help="The most seeds the tables' last column projects to (default: "
                              f"{MOST_SEEDS}).")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.most_seeds < 2:
+        parser.error(f"--most-seeds must be at least 2 (a projection needs a spread), not "
+                     f"{args.most_seeds}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
