@@ -88,6 +88,9 @@ STABILITY_TOLERANCE = {"Acrobot-v1": 0.10}
 PUBLISHED = {
     ("dqn", "CartPole-v1"): "500 ± 0 by 50k steps: SB3 rl-baselines3-zoo DQN (benchmark.md; "
                             "net 256x256, lr 2.3e-3)",
+    ("dqn", "Acrobot-v1"): "-76.6 ± 11.8 at 100k steps: SB3 rl-baselines3-zoo DQN, one trained "
+                           "agent's greedy episodes, ± over episodes (benchmark.md; QR-DQN "
+                           "-69.1 ± 10.0)",
     ("td3", "HalfCheetah-v5"): "5514 ± 554 at 100k steps (HalfCheetah-v1): Fujimoto et al. "
                                "2018, TD3's learning curves",
 }
