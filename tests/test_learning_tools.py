@@ -16,7 +16,7 @@ def test_sync_reference_quick_trains_and_reports_its_evaluations(tmp_path):
     assert summary["loop"] == "sync-reference" and summary["precision"] == "fp32"
     assert [e["env_steps"] for e in summary["evaluations"]] == [300, 600]
     config = json.loads((out / "config.json").read_text())
-    assert (config["algo"], config["nstep"], config["hidden"]) == ("dqn", 3, [64, 64])
+    assert (config["algo"], config["nstep"], config["hidden"]) == ("dqn", 3, [256, 256])
     # after the warm-up, the updates the algorithm's updates_per_step allows, no more
     allowed = (config["steps"] - config["warmup_steps"]) * config["updates_per_step"]
     assert summary["updates"] == int(allowed) > 0

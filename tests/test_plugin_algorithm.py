@@ -83,10 +83,11 @@ def test_algorithms_lists_the_flags_each_sets_a_registered_one_too():
     assert listed.returncode == 0, listed.stderr[-3000:]
     blocks = listed_flags(listed.stdout)
     dqn = blocks[("dqn", "sets")]
-    assert dqn["--hidden"] == "64,64" and dqn["--updates-per-step"] == "0.25", dqn
+    assert dqn["--hidden"] == "256,256" and dqn["--updates-per-step"] == "0.25", dqn
     assert dqn["--average-tau"] == "0.0002" and dqn["--nstep"] == "3", dqn
     images = blocks[("dqn", "on images")]
     assert images["--nstep"] == "1" and images["--atoms"] == "0", images
+    assert images["--hidden"] == "64,64", images  # the width docs/pixels.md measured
     # what a sparse run of dqn resolves differently (test_weight_average.py pins the resolving)
     sparse = blocks[("dqn", "sparse (--sparsity, --tiny)")]
     assert sparse == {"--average-tau": "0.0"}, sparse

@@ -19,7 +19,7 @@ Prints markdown tables of:
      weights -> Learner.publish patches the file -> the service offers it -> the first batch
      the actor acted on with it arrives (an upper bound on "new weights -> an actor acting
      with them": it includes up to one batch of stepping);
-  4. the learner (TD3 HalfCheetah 256x256, batch 256; DQN CartPole 64x64, batch 64) on a
+  4. the learner (TD3 HalfCheetah 256x256, batch 256; DQN CartPole, its defaults) on a
      pre-filled replay: `agent.train` called once per update on a pre-built batch (the TF-Agents
      way), edge-rl's in-graph chunk of updates on pre-built batches, the learner's hot path
      (replay sampling with n-step assembly + host-to-tensor copies + the chunk), and the hot

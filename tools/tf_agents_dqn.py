@@ -8,7 +8,8 @@ each iteration runs one `agent.train` on a minibatch from the buffer's dataset (
 and train step both in `common.function`). What it shares with `edge-rl train`'s DQN
 defaults with `--atoms 0 --average-tau 0` (its network on vectors is C51's since 2026-12-04, and
 it evaluates a weight average since 2026-12-05): the same network
-(edge_rl's DuelingQNetwork, 64x64), DdqnAgent with Huber loss,
+(edge_rl's DuelingQNetwork, DQN's default width: 256x256 since 2026-12-06, 64x64 before),
+DdqnAgent with Huber loss,
 Adam 1e-3, gamma 0.99, 3-step targets, Polyak target updates (tau 0.01 every update),
 batch 64, 1000 warm-up steps of uniform random actions, epsilon 1 -> edge-rl's epsilon_end
 (0.05 since 2026-11-24, 0.02 before) over 10k steps, one update per env step (edge-rl's
